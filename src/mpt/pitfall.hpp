@@ -1,0 +1,88 @@
+// Chapter 01 introduces it; every later chapter adds entries.
+// Depends on: the standard library only.
+//
+// The pitfall registry (DESIGN.md §4): each documented failure mode is
+// defined once — a broken run, a fixed run, their measured outcomes, and
+// the predicates the broken run must satisfy (the symptom) and the fixed
+// run must satisfy (the fix). The CLI, the tests, the docs and the
+// notebooks all read this registry.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mpt {
+
+/// One measured number of a run, e.g. {"final_sum", 256, "value of the fp16 sum"}.
+struct Outcome {
+  std::string name;   ///< identifier, snake_case; stable: tests and JSON use it
+  double value;       ///< the measurement
+  std::string what;   ///< one line for humans
+};
+
+/// What one run (broken or fixed) measured.
+struct RunResult {
+  std::string setup;              ///< one line: what this run did
+  std::vector<Outcome> outcomes;  ///< measurements, in display order
+  /// The named outcome's value; throws std::out_of_range naming the
+  /// outcomes that exist when `name` is not one of them.
+  double get(std::string_view name) const;
+};
+
+/// A predicate over a run, with the sentence it checks.
+struct Check {
+  std::string claim;                                ///< e.g. "the sum stalls below 300"
+  std::function<bool(const RunResult&)> holds;
+};
+
+/// A registered failure mode.
+struct Pitfall {
+  std::string id;         ///< kebab-case, e.g. "fp16-overflow"
+  int chapter = 0;        ///< chapter that introduces it
+  std::string title;      ///< short title
+  std::string mechanism;  ///< the mechanism in one sentence
+  std::function<RunResult()> broken;
+  std::function<RunResult()> fixed;
+  std::vector<Check> symptom;  ///< must all hold on the broken run
+  std::vector<Check> cure;     ///< must all hold on the fixed run
+};
+
+/// The result of running one pitfall and checking both sides.
+struct Verdict {
+  const Pitfall* pitfall = nullptr;
+  RunResult broken, fixed;
+  std::vector<std::pair<std::string, bool>> symptom_checks;  ///< claim, held?
+  std::vector<std::pair<std::string, bool>> cure_checks;     ///< claim, held?
+  bool symptom_shown() const;  ///< every symptom check held on the broken run
+  bool fix_works() const;      ///< every cure check held on the fixed run
+  bool reproduced() const { return symptom_shown() && fix_works(); }
+};
+
+/// The set of pitfalls, in registration (chapter) order.
+class Registry {
+ public:
+  /// Adds a pitfall; throws std::invalid_argument on a duplicate or
+  /// malformed id, or an entry without runs or checks.
+  void add(Pitfall p);
+  const std::vector<Pitfall>& all() const { return pitfalls_; }
+  const Pitfall* find(std::string_view id) const;
+  /// Throws std::invalid_argument naming the valid ids when unknown.
+  const Pitfall& get(std::string_view id) const;
+  /// "id1, id2, ..." for error messages.
+  std::string ids() const;
+
+ private:
+  std::vector<Pitfall> pitfalls_;
+};
+
+/// Run both sides of a pitfall and evaluate its checks. A run that throws
+/// is reported as a failed check carrying the exception's message.
+Verdict run_pitfall(const Pitfall& p);
+
+/// The project's registry with every chapter's pitfalls (defined in
+/// chapters/, library mpt::chapters).
+const Registry& pitfall_registry();
+
+}  // namespace mpt

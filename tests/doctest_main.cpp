@@ -1,0 +1,3 @@
+// Shared main() for every doctest suite (all chapters).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
