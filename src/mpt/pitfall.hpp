@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mpt {
@@ -26,6 +27,10 @@ struct Outcome {
 struct RunResult {
   std::string setup;              ///< one line: what this run did
   std::vector<Outcome> outcomes;  ///< measurements, in display order
+  /// Optional: one or two sentences saying why the numbers came out as they
+  /// did, built from the measurements (never typed-in numbers). Empty when
+  /// the outcomes speak for themselves.
+  std::string explanation;
   /// The named outcome's value; throws std::out_of_range naming the
   /// outcomes that exist when `name` is not one of them.
   double get(std::string_view name) const;
@@ -37,7 +42,10 @@ struct Check {
   std::function<bool(const RunResult&)> holds;
 };
 
-/// A registered failure mode.
+/// A registered failure mode. Its broken and fixed runs measure the same
+/// quantities (same outcome names, same order) on two configurations, so
+/// they can be shown side by side and every check can be evaluated on
+/// either run.
 struct Pitfall {
   std::string id;         ///< kebab-case, e.g. "fp16-overflow"
   int chapter = 0;        ///< chapter that introduces it
@@ -76,6 +84,12 @@ class Registry {
  private:
   std::vector<Pitfall> pitfalls_;
 };
+
+/// Evaluate checks against one result: (claim, held?) in order. A check
+/// that throws (e.g. it asks for an outcome the result lacks) did not hold;
+/// its claim then ends with " [check failed: <message>]".
+std::vector<std::pair<std::string, bool>> evaluate_checks(const std::vector<Check>& checks,
+                                                          const RunResult& result);
 
 /// Run both sides of a pitfall and evaluate its checks. A run that throws
 /// is reported as a failed check carrying the exception's message.
