@@ -119,13 +119,18 @@ MPT_HD inline float round_to_format(float x, const FormatSpec& f, RoundingMode m
 
   std::uint32_t r;
   if (mode == RoundingMode::stochastic) {
-    // Up with probability floor(frac * 2^32) / 2^32, frac = dropped / 2^shift.
-    const std::uint32_t kept = shift >= 32 ? 0u : sig >> shift;
-    const std::uint32_t dropped = shift >= 32 ? sig : sig & ((1u << shift) - 1u);
-    const std::uint32_t threshold =
-        shift <= 32 ? (shift == 0 ? 0u : dropped << (32 - shift))
-                    : dropped >> (shift - 32 > 31 ? 31 : shift - 32);
-    r = kept + (random_bits < threshold ? 1u : 0u);
+    // Add `shift` random bits below the kept ones, then truncate: the carry
+    // rounds up with probability dropped / 2^shift (resolution 2^-32). When
+    // the quantum is 2^32 times the value's unit or more (tiny inputs), the
+    // only possible results are 0 and one quantum: up iff rnd < sig / 2^(shift-32).
+    if (shift == 0) {
+      r = sig;
+    } else if (shift < 32) {
+      r = (sig + (random_bits >> (32 - shift))) >> shift;
+    } else {
+      const int k = shift - 32 > 31 ? 31 : shift - 32;
+      r = random_bits < (sig >> k) ? 1u : 0u;
+    }
   } else {
     // A shift of 25 already drops all 24 bits below the rounding point.
     const int s = shift > 25 ? 25 : shift;
