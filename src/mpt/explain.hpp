@@ -1,6 +1,6 @@
 // Chapter 01 — floating-point formats and their limits.
 // Depends on: format.hpp, rounding.hpp (round_value), round_element.hpp
-// (encode_exact, decode).
+// (encode_exact, decode), range_classify.hpp (the outcome classes).
 //
 // The bit-level explainer behind `mpt explain`: what happens, bit by bit,
 // when one number is stored in one format.
@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "mpt/format.hpp"
+#include "mpt/range_classify.hpp"
 
 namespace mpt {
 
@@ -49,7 +50,7 @@ struct Explanation {
   /// numbers, emin for subnormals and zero (the field 0 means emin, not
   /// -bias), 0 for inf and NaN.
   int exponent = 0;
-  ValueKind kind = ValueKind::zero;
+  ValueKind kind = ValueKind::zero;  ///< what the stored code holds
   /// The significand in binary, "1.fff…" (normal) or "0.fff…" (subnormal,
   /// zero); empty for inf and NaN. stored = ±significand × 2^exponent.
   std::string significand_binary;
@@ -58,9 +59,12 @@ struct Explanation {
   std::string stored_shortest;  ///< shortest decimal that reads back as the same float
   /// stored - input. Exact whenever the result is finite and not saturated
   /// (the error of rounding to a coarser format needs fewer bits than the
-  /// input has); inf or NaN when the stored value is.
+  /// input has); ±inf when the stored value is ±inf, 0 when a NaN or an inf
+  /// is stored unchanged.
   double abs_error = 0;
-  bool abs_error_is_exact = true;  ///< false only for overflow and saturation
+  /// Whether abs_error is the exact difference (checked with Knuth's
+  /// TwoSum). Only a saturated or overflowed result can make it inexact.
+  bool abs_error_is_exact = true;
   std::string abs_error_exact;     ///< abs_error's exact decimal expansion
   double rel_error = 0;            ///< abs_error / |input|; 0 when input is 0
   /// The format's spacing at the stored value: 2^(max(e, emin) - m) for
@@ -74,7 +78,10 @@ struct Explanation {
   std::optional<float> next_below;
   /// Next representable value above the stored one, mirroring next_below.
   std::optional<float> next_above;
-  /// What rounding did, in one sentence: "exact", "rounded", or why the
+  /// What storing did, in the range report's classes (range_classify.hpp),
+  /// decided for the exact input: for an fp32 input it equals classify(x).
+  RangeClass outcome = RangeClass::zero;
+  /// What storing did, in one sentence: "exact", "rounded", or why the
   /// value overflowed, saturated, became subnormal or flushed to zero.
   std::string note;
 };
@@ -98,7 +105,8 @@ std::string shortest_decimal(float x);
 /// The shortest decimal that reads back (strtod) as the same double.
 std::string shortest_decimal(double x);
 
-/// "2^-14" when x is ±a power of two, otherwise shortest_decimal(x).
+/// "2^-14" when x is ±a power of two, otherwise the shortest decimal of x
+/// (the fp32 spelling when x is an fp32 value, the fp64 one otherwise).
 std::string power_of_two_or_decimal(double x);
 
 }  // namespace mpt
