@@ -1,0 +1,267 @@
+// Chapter 01 — tests of the pitfall registry and of chapter 1's pitfalls.
+// Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest.
+//
+// The registry is the spine of the project (DESIGN.md §4): every entry must
+// still show its failure and its fix, and its checks must be able to fail,
+// so a demo that quietly stops reproducing anything fails CI.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "mpt/pitfall.hpp"
+
+namespace {
+
+using mpt::Check;
+using mpt::Pitfall;
+using mpt::Registry;
+using mpt::RunResult;
+
+// The claims that did not hold, one a line, for failure messages.
+std::string failed_claims(const std::vector<std::pair<std::string, bool>>& checks) {
+  std::string out;
+  for (const auto& c : checks)
+    if (!c.second) out += "\n  - " + c.first;
+  return out.empty() ? std::string(" (none; no checks ran?)") : out;
+}
+
+std::string outcome_names(const RunResult& r) {
+  std::string out;
+  for (const auto& o : r.outcomes) out += o.name + " ";
+  return out;
+}
+
+bool any_fails(const std::vector<std::pair<std::string, bool>>& checks) {
+  for (const auto& c : checks)
+    if (!c.second) return true;
+  return false;
+}
+
+// A well-formed entry to mutate in the registry tests.
+Pitfall sample(std::string id) {
+  Pitfall p;
+  p.id = std::move(id);
+  p.chapter = 1;
+  p.title = "sample";
+  p.mechanism = "a sample entry for the registry tests";
+  p.broken = [] { return RunResult{"broken", {{"x", 1.0, "one"}}, ""}; };
+  p.fixed = [] { return RunResult{"fixed", {{"x", 2.0, "two"}}, ""}; };
+  p.symptom = {Check{"x is 1", [](const RunResult& r) { return r.get("x") == 1.0; }}};
+  p.cure = {Check{"x is 2", [](const RunResult& r) { return r.get("x") == 2.0; }}};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("every registered pitfall shows its symptom and its fix") {
+  const Registry& registry = mpt::pitfall_registry();
+  REQUIRE(!registry.all().empty());
+  for (const Pitfall& p : registry.all()) {
+    SUBCASE(p.id.c_str()) {
+      const mpt::Verdict v = mpt::run_pitfall(p);
+      CHECK(v.pitfall == &p);
+      CHECK_MESSAGE(v.symptom_shown(), p.id << ": the broken run does not show the symptom; "
+                                               "failed claims:"
+                                            << failed_claims(v.symptom_checks));
+      CHECK_MESSAGE(v.fix_works(), p.id << ": the fixed run does not show the fix; failed claims:"
+                                        << failed_claims(v.cure_checks));
+      CHECK(v.reproduced() == (v.symptom_shown() && v.fix_works()));
+    }
+  }
+}
+
+TEST_CASE("chapter 1 registers its five pitfalls, in order") {
+  const Registry& registry = mpt::pitfall_registry();
+  const std::vector<std::string> expected = {"fp16-overflow", "fp16-lost-update",
+                                             "fp16-sum-stagnation", "fp16-gradient-underflow",
+                                             "fp16-vs-bf16"};
+  std::vector<std::string> chapter1;
+  for (const Pitfall& p : registry.all())
+    if (p.chapter == 1) chapter1.push_back(p.id);
+  CHECK(chapter1 == expected);
+}
+
+TEST_CASE("chapter 1: broken and fixed runs measure the same things, deterministically") {
+  for (const Pitfall& p : mpt::pitfall_registry().all()) {
+    if (p.chapter != 1) continue;
+    SUBCASE(p.id.c_str()) {
+      const RunResult broken = p.broken(), fixed = p.fixed();
+      INFO("broken: " << outcome_names(broken) << "\nfixed:  " << outcome_names(fixed));
+      REQUIRE(broken.outcomes.size() == fixed.outcomes.size());
+      for (std::size_t i = 0; i < broken.outcomes.size(); ++i)
+        CHECK(broken.outcomes[i].name == fixed.outcomes[i].name);
+      CHECK(!broken.setup.empty());
+      CHECK(!fixed.setup.empty());
+      CHECK(!broken.explanation.empty());
+      CHECK(!fixed.explanation.empty());
+      // Seeded runs: a second run gives the same bits (NaN never appears).
+      const RunResult again = p.broken();
+      REQUIRE(again.outcomes.size() == broken.outcomes.size());
+      for (std::size_t i = 0; i < broken.outcomes.size(); ++i) {
+        INFO(broken.outcomes[i].name);
+        CHECK(!std::isnan(broken.outcomes[i].value));
+        CHECK(!std::isnan(fixed.outcomes[i].value));
+        CHECK(again.outcomes[i].value == broken.outcomes[i].value);
+      }
+    }
+  }
+}
+
+// If a broken run and its fixed run became identical (or the checks became
+// tautologies), the main test above could still pass. These cross-checks
+// catch that: the symptom must not be visible in the fixed run, and the
+// fixed run's properties must not hold for the broken run.
+TEST_CASE("chapter 1: the checks can fail") {
+  for (const Pitfall& p : mpt::pitfall_registry().all()) {
+    if (p.chapter != 1) continue;
+    SUBCASE(p.id.c_str()) {
+      const RunResult broken = p.broken(), fixed = p.fixed();
+      const auto symptom_on_fixed = mpt::evaluate_checks(p.symptom, fixed);
+      const auto cure_on_broken = mpt::evaluate_checks(p.cure, broken);
+      CHECK_MESSAGE(any_fails(symptom_on_fixed),
+                    p.id << ": every symptom check also holds on the FIXED run");
+      CHECK_MESSAGE(any_fails(cure_on_broken),
+                    p.id << ": every cure check also holds on the BROKEN run");
+      // A check must fail because its predicate is false, not because it
+      // reads an outcome the other run lacks.
+      for (const auto* checks : {&symptom_on_fixed, &cure_on_broken})
+        for (const auto& c : *checks) CHECK(c.first.find("[check failed:") == std::string::npos);
+    }
+  }
+}
+
+// The numbers the chapter text states, pinned (they are measured by the
+// runs; these tests say what the measurements must come out as).
+TEST_CASE("chapter 1: the numbers the chapter states") {
+  const Registry& registry = mpt::pitfall_registry();
+  SUBCASE("fp16-overflow: squares overflow from 256 on, 65520 rounds to inf") {
+    const RunResult r = registry.get("fp16-overflow").broken();
+    CHECK(r.get("max_finite") == 65504.0);
+    CHECK(std::isinf(r.get("rounded_65520")));
+    CHECK(r.get("smallest_overflowing_input") == 256.0);
+  }
+  SUBCASE("fp16-lost-update: the threshold is 2^-11, half the spacing at 1") {
+    const RunResult r = registry.get("fp16-lost-update").broken();
+    CHECK(r.get("half_ulp_of_one") == std::ldexp(1.0, -11));
+    CHECK(r.get("final_weight") == 1.0);
+    const RunResult f = registry.get("fp16-lost-update").fixed();
+    CHECK(f.get("final_fp16_copy") == 2.0);
+  }
+  SUBCASE("fp16-sum-stagnation: the fp16 sum stalls at 32, where the spacing is 2^-5") {
+    const RunResult r = registry.get("fp16-sum-stagnation").broken();
+    CHECK(r.get("final_sum") == 32.0);
+    CHECK(r.get("ulp_at_final") == std::ldexp(1.0, -5));
+    CHECK(r.get("addend") != 0.01);  // fp16(0.01) is not 0.01
+    CHECK(r.get("expected_sum") == 10000 * r.get("addend"));
+  }
+  SUBCASE("fp16-gradient-underflow: the loss scale is a power of two, exact to undo") {
+    const RunResult f = registry.get("fp16-gradient-underflow").fixed();
+    int e = 0;
+    CHECK(std::frexp(f.get("loss_scale"), &e) == 0.5);
+    CHECK(f.get("loss_scale") > 1.0);
+  }
+  SUBCASE("fp16-vs-bf16: unit roundoffs 2^-11 and 2^-8") {
+    CHECK(registry.get("fp16-vs-bf16").broken().get("unit_roundoff") == std::ldexp(1.0, -11));
+    CHECK(registry.get("fp16-vs-bf16").fixed().get("unit_roundoff") == std::ldexp(1.0, -8));
+  }
+}
+
+TEST_CASE("registry: add validates the entry") {
+  Registry r;
+  r.add(sample("sample-one"));
+  CHECK(r.all().size() == 1);
+  CHECK(r.find("sample-one") != nullptr);
+  CHECK(r.find("sample-two") == nullptr);
+
+  SUBCASE("a duplicate id is rejected") {
+    CHECK_THROWS_WITH_AS(r.add(sample("sample-one")), doctest::Contains("already registered"),
+                         std::invalid_argument);
+    CHECK(r.all().size() == 1);
+  }
+  SUBCASE("ids that are not kebab-case are rejected") {
+    for (const char* bad : {"", "Fp16-overflow", "fp16_overflow", "fp16 overflow", "-fp16",
+                            "fp16-", "fp16--overflow", "fp16.overflow", "fp16/overflow"}) {
+      INFO("id '" << bad << "'");
+      CHECK_THROWS_WITH_AS(r.add(sample(bad)), doctest::Contains("kebab-case"),
+                           std::invalid_argument);
+    }
+    CHECK_NOTHROW(r.add(sample("e4m3-scale-2")));
+  }
+  SUBCASE("an entry without runs or checks is rejected") {
+    Pitfall no_broken = sample("no-broken");
+    no_broken.broken = nullptr;
+    CHECK_THROWS_WITH_AS(r.add(no_broken), doctest::Contains("no broken run"),
+                         std::invalid_argument);
+    Pitfall no_fixed = sample("no-fixed");
+    no_fixed.fixed = nullptr;
+    CHECK_THROWS_WITH_AS(r.add(no_fixed), doctest::Contains("no fixed run"),
+                         std::invalid_argument);
+    Pitfall no_symptom = sample("no-symptom");
+    no_symptom.symptom.clear();
+    CHECK_THROWS_WITH_AS(r.add(no_symptom), doctest::Contains("no symptom check"),
+                         std::invalid_argument);
+    Pitfall no_cure = sample("no-cure");
+    no_cure.cure.clear();
+    CHECK_THROWS_WITH_AS(r.add(no_cure), doctest::Contains("no cure check"),
+                         std::invalid_argument);
+    Pitfall empty_predicate = sample("empty-predicate");
+    empty_predicate.cure.push_back(Check{"holds somehow", nullptr});
+    CHECK_THROWS_WITH_AS(r.add(empty_predicate), doctest::Contains("no predicate"),
+                         std::invalid_argument);
+    CHECK(r.all().size() == 1);
+  }
+}
+
+TEST_CASE("registry: an unknown id names the valid ones") {
+  Registry r;
+  r.add(sample("sample-one"));
+  r.add(sample("sample-two"));
+  CHECK(r.ids() == "sample-one, sample-two");
+  CHECK_THROWS_WITH_AS(r.get("sample-three"),
+                       "unknown pitfall 'sample-three'; valid ids: sample-one, sample-two",
+                       std::invalid_argument);
+  // The project's registry says the same about its own ids.
+  const Registry& project = mpt::pitfall_registry();
+  CHECK_THROWS_WITH_AS(project.get("no-such-pitfall"), doctest::Contains("fp16-overflow"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("RunResult::get names the outcomes that exist") {
+  const RunResult r{"setup", {{"final_sum", 32.0, "sum"}, {"stalled_adds", 7.0, "adds"}}, ""};
+  CHECK(r.get("final_sum") == 32.0);
+  CHECK_THROWS_WITH_AS(r.get("final_weight"),
+                       "no outcome named 'final_weight'; this run measured: final_sum, stalled_adds",
+                       std::out_of_range);
+}
+
+TEST_CASE("run_pitfall: a run that throws is reported as failed, not a crash") {
+  Pitfall p = sample("throwing-run");
+  p.broken = []() -> RunResult { throw std::runtime_error("out of memory in the demo"); };
+  const mpt::Verdict v = mpt::run_pitfall(p);
+  CHECK_FALSE(v.symptom_shown());
+  CHECK_FALSE(v.reproduced());
+  REQUIRE(v.symptom_checks.size() == 1);
+  CHECK(v.symptom_checks[0].first.find("out of memory in the demo") != std::string::npos);
+  CHECK_FALSE(v.symptom_checks[0].second);
+  CHECK(v.fix_works());  // the other side still ran and was checked
+
+  SUBCASE("a non-std exception too") {
+    Pitfall q = sample("throwing-int");
+    q.fixed = []() -> RunResult { throw 42; };
+    const mpt::Verdict w = mpt::run_pitfall(q);
+    CHECK(w.symptom_shown());
+    CHECK_FALSE(w.fix_works());
+  }
+  SUBCASE("a check that throws counts as failed and says why") {
+    Pitfall q = sample("throwing-check");
+    q.symptom.push_back(Check{"reads a missing outcome",
+                              [](const RunResult& r) { return r.get("missing") > 0; }});
+    const mpt::Verdict w = mpt::run_pitfall(q);
+    CHECK_FALSE(w.symptom_shown());
+    REQUIRE(w.symptom_checks.size() == 2);
+    CHECK(w.symptom_checks[1].first.find("no outcome named 'missing'") != std::string::npos);
+  }
+}
