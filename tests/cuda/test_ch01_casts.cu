@@ -22,24 +22,6 @@ const char* version_name(KernelVersion v) {
   return v == KernelVersion::simple ? "simple" : "vectorized";
 }
 
-/// Adversarial values first, random bit patterns and random values in every
-/// format's range after them, and the adversarial values once more as the
-/// last elements, so that they also go through the vector kernels' tail.
-std::vector<float> mixed_inputs(std::size_t n) {
-  const std::vector<float> adversarial = mpt::test::adversarial_values();
-  std::mt19937_64 rng(mpt::test::test_seed());
-  std::vector<float> v = adversarial;
-  const std::size_t random = n - 2 * adversarial.size();
-  mpt::test::append_random_bits(v, random / 5, rng);
-  for (const mpt::FormatSpec& f :
-       {mpt::formats::fp16, mpt::formats::bf16, mpt::formats::e4m3, mpt::formats::e5m2}) {
-    mpt::test::append_random_in_range(v, f, random / 5, rng);
-  }
-  mpt::test::append_random_bits(v, n - adversarial.size() - v.size(), rng);
-  v.insert(v.end(), adversarial.begin(), adversarial.end());
-  return v;
-}
-
 /// Every code of the four formats, every tie between neighbours and the
 /// floats either side of it (about half a million values).
 std::vector<float> boundary_inputs() {
@@ -131,7 +113,7 @@ void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& 
 template <class Code>
 void check_encode_all(const char* name, EncodeFn<Code> cast, const char* format,
                       mpt::OverflowMode overflow) {
-  const std::vector<float> mixed = mixed_inputs(kN);
+  const std::vector<float> mixed = mpt::test::mixed_inputs(kN, mpt::test::test_seed());
   const std::vector<float> boundaries = boundary_inputs();
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized}) {
     for (std::size_t offset : {0u, 1u}) {

@@ -22,24 +22,6 @@ const char* version_name(KernelVersion v) {
   return v == KernelVersion::simple ? "simple" : "vectorized";
 }
 
-/// Adversarial values at both ends (the far end goes through the vector
-/// kernel's scalar tail), random bit patterns and random values spread over
-/// each format's range in between.
-std::vector<float> mixed_inputs(std::size_t n, std::uint64_t seed) {
-  const std::vector<float> adversarial = mpt::test::adversarial_values();
-  std::mt19937_64 rng(seed);
-  std::vector<float> v = adversarial;
-  const std::size_t random = n - 2 * adversarial.size();
-  mpt::test::append_random_bits(v, random / 5, rng);
-  for (const mpt::FormatSpec& f :
-       {mpt::formats::fp16, mpt::formats::bf16, mpt::formats::e4m3, mpt::formats::e5m2}) {
-    mpt::test::append_random_in_range(v, f, random / 5, rng);
-  }
-  mpt::test::append_random_bits(v, n - adversarial.size() - v.size(), rng);
-  v.insert(v.end(), adversarial.begin(), adversarial.end());
-  return v;
-}
-
 mpt::RangeCounts host_counts(const float* x, std::size_t n, const mpt::FormatSpec& f) {
   mpt::RangeCounts c;
   for (std::size_t i = 0; i < n; ++i) c.add(x[i], f);
@@ -93,11 +75,11 @@ void check_all_formats(const std::vector<float>& in) {
 }  // namespace
 
 TEST_CASE("range report on the GPU == mpt::range_report on the host, every format") {
-  check_all_formats(mixed_inputs(65536 + 13, mpt::test::test_seed()));
+  check_all_formats(mpt::test::mixed_inputs(65536 + 13, mpt::test::test_seed()));
 }
 
 TEST_CASE("range report: many blocks (grid-stride loop, per-block flush)") {
-  check_all_formats(mixed_inputs((1u << 22) + 3, mpt::test::test_seed() + 1));
+  check_all_formats(mpt::test::mixed_inputs((1u << 22) + 3, mpt::test::test_seed() + 1));
 }
 
 TEST_CASE("range report: tiny inputs (n < 4, only the tail) and n == 0") {

@@ -122,4 +122,20 @@ inline void append_random_in_range(std::vector<float>& out, const FormatSpec& f,
   }
 }
 
+/// Adversarial values at both ends (the far end goes through a vector
+/// kernel's scalar tail), random bit patterns and random values spread over
+/// each narrow format's range in between; n values in all.
+inline std::vector<float> mixed_inputs(std::size_t n, std::uint64_t seed) {
+  const std::vector<float> adversarial = adversarial_values();
+  std::mt19937_64 rng(seed);
+  std::vector<float> v = adversarial;
+  const std::size_t random = n - 2 * adversarial.size();
+  append_random_bits(v, random / 5, rng);
+  for (const FormatSpec& f : {formats::fp16, formats::bf16, formats::e4m3, formats::e5m2})
+    append_random_in_range(v, f, random / 5, rng);
+  append_random_bits(v, n - adversarial.size() - v.size(), rng);
+  v.insert(v.end(), adversarial.begin(), adversarial.end());
+  return v;
+}
+
 }  // namespace mpt::test
