@@ -1,0 +1,119 @@
+// Chapter 01 — GPU benchmark of the cast kernels and the range reduction.
+// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), the CUDA runtime.
+//
+// Times every kernel version on N floats (default 64M) with CUDA events and
+// prints its effective bandwidth (bytes read + written per second) beside a
+// device-to-device cudaMemcpy of the same input measured in the same run,
+// the bandwidth roofline for these memory-bound kernels. Not a test: nothing
+// is asserted. Exits 77 without a usable GPU.
+//
+//   bench_ch01_casts_cuda [N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mpt_kernels.hpp"
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bench_ch01_casts_cuda: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+/// Median milliseconds of `reps` runs of f, after two warm-up runs.
+float median_ms(const std::function<void()>& f, int reps = 21) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  f();
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a), "cudaEventRecord");
+    f();
+    check(cudaEventRecord(b), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!mpt::cuda::device_available(&why)) {
+    std::printf("SKIPPED bench_ch01_casts_cuda: %s\n", why.c_str());
+    return 77;
+  }
+  const std::size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (std::size_t{1} << 26);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+
+  // Inputs spread over 48 binades as in the CPU benchmark, made on the host.
+  std::vector<float> host(n);
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (float& x : host) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int e = static_cast<int>((s >> 33) % 48) - 30;
+    x = std::ldexp(static_cast<float>(s >> 40) / 16777216.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
+  }
+  float *d_in = nullptr, *d_copy = nullptr;
+  std::uint16_t* d_16 = nullptr;
+  std::uint8_t* d_8 = nullptr;
+  check(cudaMalloc(&d_in, n * 4), "cudaMalloc");
+  check(cudaMalloc(&d_copy, n * 4), "cudaMalloc");
+  check(cudaMalloc(&d_16, n * 2), "cudaMalloc");
+  check(cudaMalloc(&d_8, n), "cudaMalloc");
+  check(cudaMemcpy(d_in, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+  const float memcpy_ms =
+      median_ms([&] { check(cudaMemcpy(d_copy, d_in, n * 4, cudaMemcpyDeviceToDevice), "memcpy"); });
+  const double memcpy_gbps = 2.0 * n * 4 / (memcpy_ms * 1e6);
+  std::printf("device %s, n = %zu floats\n", prop.name, n);
+  std::printf("cudaMemcpy device-to-device: %.1f GB/s (read + write)\n\n", memcpy_gbps);
+  std::printf("%-24s %-10s %9s %9s %9s\n", "kernel", "version", "ms", "GB/s", "x memcpy");
+
+  using V = mpt::cuda::KernelVersion;
+  struct Case {
+    const char* name;
+    double bytes_per_elem;
+    std::function<void(V)> run;
+  };
+  const std::vector<Case> cases{
+      {"fp32 -> fp16", 6, [&](V v) { mpt::cuda::cast_fp32_to_fp16(d_in, d_16, n, v); }},
+      {"fp16 -> fp32", 6, [&](V v) { mpt::cuda::cast_fp16_to_fp32(d_16, d_copy, n, v); }},
+      {"fp32 -> bf16", 6, [&](V v) { mpt::cuda::cast_fp32_to_bf16(d_in, d_16, n, v); }},
+      {"bf16 -> fp32", 6, [&](V v) { mpt::cuda::cast_bf16_to_fp32(d_16, d_copy, n, v); }},
+      {"fp32 -> e4m3 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e4m3_sat(d_in, d_8, n, v); }},
+      {"e4m3 -> fp32", 5, [&](V v) { mpt::cuda::cast_e4m3_to_fp32(d_8, d_copy, n, v); }},
+      {"fp32 -> e5m2 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e5m2_sat(d_in, d_8, n, v); }},
+      {"range_counts fp16", 4, [&](V v) { (void)mpt::cuda::range_counts(d_in, n, mpt::formats::fp16, v); }},
+  };
+  for (const Case& c : cases)
+    for (V v : {V::simple, V::vectorized}) {
+      const float ms = median_ms([&] { c.run(v); });
+      const double gbps = c.bytes_per_elem * n / (ms * 1e6);
+      std::printf("%-24s %-10s %9.3f %9.1f %9.2f\n", c.name, v == V::simple ? "simple" : "vectorized",
+                  ms, gbps, gbps / memcpy_gbps);
+    }
+  cudaFree(d_in);
+  cudaFree(d_copy);
+  cudaFree(d_16);
+  cudaFree(d_8);
+  return 0;
+}
