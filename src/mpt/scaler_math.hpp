@@ -1,0 +1,64 @@
+// Chapter 02 — loss scaling and FP32 master weights.
+// Depends on: format_spec.hpp (for MPT_HD) only. Host-and-device: the
+// GradScaler (src/mpt/grad_scaler.*) and the CUDA kernels (kernels/scaler.cu)
+// call these exact functions, so the CPU tests cover the code the GPU runs.
+//
+// The per-element and per-step math of dynamic loss scaling, with the
+// semantics of PyTorch's torch.amp.GradScaler (its CUDA helpers
+// _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_).
+#pragma once
+
+#include <cstdint>
+
+#include "mpt/format_spec.hpp"
+
+namespace mpt {
+
+/// True for a finite float (not ±inf, not NaN), by bits so that fast-math
+/// flags cannot fold it away.
+MPT_HD inline bool is_finite_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  const std::uint32_t u = __float_as_uint(x);
+#else
+  std::uint32_t u;
+  static_assert(sizeof u == sizeof x, "float is 32 bits");
+  __builtin_memcpy(&u, &x, sizeof u);
+#endif
+  return (u & 0x7f800000u) != 0x7f800000u;
+}
+
+/// Unscale one gradient element in place and report whether it was
+/// non-finite. As in PyTorch, finiteness is judged on the *scaled* value
+/// (before the multiply), and the multiply happens either way; an
+/// inv_scale of exactly 1 leaves the value untouched.
+MPT_HD inline bool unscale_and_check(float& g, float inv_scale) {
+  const bool bad = !is_finite_bits(g);
+  if (inv_scale != 1.0f) g *= inv_scale;
+  return bad;
+}
+
+/// The scale update rule, one step. On overflow the scale is multiplied by
+/// backoff_factor and the growth tracker resets; otherwise the tracker counts
+/// successful steps, and when it reaches growth_interval the scale is
+/// multiplied by growth_factor — but only if the grown scale is finite in
+/// FP32 — and the tracker resets either way. There is no floor: repeated
+/// overflow can drive the scale to zero.
+MPT_HD inline void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
+                                float growth_factor, float backoff_factor,
+                                std::int32_t growth_interval) {
+  if (found_inf) {
+    scale *= backoff_factor;
+    growth_tracker = 0;
+    return;
+  }
+  const std::int32_t successful = growth_tracker + 1;
+  if (successful == growth_interval) {
+    const float grown = scale * growth_factor;
+    if (is_finite_bits(grown)) scale = grown;
+    growth_tracker = 0;
+  } else {
+    growth_tracker = successful;
+  }
+}
+
+}  // namespace mpt
