@@ -37,8 +37,8 @@ struct Limits {
   double unit_roundoff;       ///< u = 2^-p: max relative error of round-to-nearest
   std::uint64_t finite_codes; ///< bit patterns holding finite values (±0 counted twice)
   std::uint64_t finite_values;///< distinct finite values (±0 counted once)
-  bool has_inf;
-  int storage_bytes;
+  bool has_inf;               ///< whether the format has ±inf
+  int storage_bytes;          ///< bytes one stored value occupies
 };
 
 /// Limits derived from the descriptor alone.

@@ -16,8 +16,11 @@
 
 namespace mpt {
 
+/// Row-major FP32 matrix (4 bytes an element): master weights, gradients.
 using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+/// Row-major fp16 matrix (2 bytes an element, Eigen::half).
 using MatrixH = Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+/// Row-major bf16 matrix (2 bytes an element, Eigen::bfloat16).
 using MatrixB = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 /// One trainable tensor. `master` is the truth; `refresh_model_copy()`
@@ -47,8 +50,9 @@ class Optimizer {
   const std::vector<Parameter*>& params() const { return params_; }
 
  protected:
+  /// Subclasses hand over the parameters they update.
   explicit Optimizer(std::vector<Parameter*> params) : params_(std::move(params)) {}
-  std::vector<Parameter*> params_;
+  std::vector<Parameter*> params_;  ///< not owned; the model owns its parameters
 };
 
 }  // namespace mpt

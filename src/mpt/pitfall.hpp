@@ -39,7 +39,7 @@ struct RunResult {
 /// A predicate over a run, with the sentence it checks.
 struct Check {
   std::string claim;                                ///< e.g. "the sum stalls below 300"
-  std::function<bool(const RunResult&)> holds;
+  std::function<bool(const RunResult&)> holds;      ///< true when the claim holds on the run
 };
 
 /// A registered failure mode. Its broken and fixed runs measure the same
@@ -51,20 +51,24 @@ struct Pitfall {
   int chapter = 0;        ///< chapter that introduces it
   std::string title;      ///< short title
   std::string mechanism;  ///< the mechanism in one sentence
-  std::function<RunResult()> broken;
-  std::function<RunResult()> fixed;
+  std::function<RunResult()> broken;  ///< the run that shows the failure
+  std::function<RunResult()> fixed;   ///< the same measurement with the fix applied
   std::vector<Check> symptom;  ///< must all hold on the broken run
   std::vector<Check> cure;     ///< must all hold on the fixed run
 };
 
 /// The result of running one pitfall and checking both sides.
 struct Verdict {
-  const Pitfall* pitfall = nullptr;
+  const Pitfall* pitfall = nullptr;  ///< the entry that was run
+  /// What the broken and the fixed run measured.
+  ///@{
   RunResult broken, fixed;
+  ///@}
   std::vector<std::pair<std::string, bool>> symptom_checks;  ///< claim, held?
   std::vector<std::pair<std::string, bool>> cure_checks;     ///< claim, held?
   bool symptom_shown() const;  ///< every symptom check held on the broken run
   bool fix_works() const;      ///< every cure check held on the fixed run
+  /// The pitfall reproduces: the symptom shows and the fix works.
   bool reproduced() const { return symptom_shown() && fix_works(); }
 };
 
@@ -74,7 +78,9 @@ class Registry {
   /// Adds a pitfall; throws std::invalid_argument on a duplicate or
   /// malformed id, or an entry without runs or checks.
   void add(Pitfall p);
+  /// Every registered pitfall, in registration order.
   const std::vector<Pitfall>& all() const { return pitfalls_; }
+  /// The pitfall with this id; nullptr when there is none.
   const Pitfall* find(std::string_view id) const;
   /// Throws std::invalid_argument naming the valid ids when unknown.
   const Pitfall& get(std::string_view id) const;

@@ -39,6 +39,7 @@ enum class RangeClass : std::uint8_t {
   overflow = 5,
   nonfinite = 6,
 };
+/// Number of RangeClass values (the size of RangeCounts::by_class).
 inline constexpr int kRangeClassCount = 7;
 
 /// Short lower-case name of a class, for tables and test messages.
@@ -78,7 +79,9 @@ MPT_HD inline RangeClass classify(float x, const FormatSpec& f) {
 /// so nothing is clamped. Zeros, infinities and NaNs are in no bin; they are
 /// counted by class instead.
 inline constexpr int kLog2BinMin = -149;
+/// The highest log2 bin: FLT_MAX < 2^128.
 inline constexpr int kLog2BinMax = 127;
+/// Number of log2 bins, 277 (the size of RangeCounts::log2_hist).
 inline constexpr int kLog2BinCount = kLog2BinMax - kLog2BinMin + 1;  // 277
 /// What log2_bin returns for a value that has no bin (±0, ±inf, NaN).
 inline constexpr int kLog2BinNone = kLog2BinMin - 1;
@@ -103,9 +106,10 @@ MPT_HD inline int log2_bin(float x) {
 /// (index log2_bin(x) - kLog2BinMin). Plain arrays so that a kernel can fill
 /// it and the CPU report can compare with it field by field.
 struct RangeCounts {
-  std::uint64_t by_class[kRangeClassCount] = {};
-  std::uint64_t log2_hist[kLog2BinCount] = {};
+  std::uint64_t by_class[kRangeClassCount] = {};  ///< elements per RangeClass, indexed by its value
+  std::uint64_t log2_hist[kLog2BinCount] = {};    ///< elements per log2 bin k, at index k - kLog2BinMin
 
+  /// Elements of class c.
   MPT_HD std::uint64_t count(RangeClass c) const { return by_class[static_cast<int>(c)]; }
   /// Elements of the input array this report covers.
   MPT_HD std::uint64_t total() const {
@@ -121,6 +125,7 @@ struct RangeCounts {
   }
 };
 
+/// Equal when every class count and every histogram bin agree.
 MPT_HD inline bool operator==(const RangeCounts& a, const RangeCounts& b) {
   for (int i = 0; i < kRangeClassCount; ++i)
     if (a.by_class[i] != b.by_class[i]) return false;
@@ -128,6 +133,7 @@ MPT_HD inline bool operator==(const RangeCounts& a, const RangeCounts& b) {
     if (a.log2_hist[i] != b.log2_hist[i]) return false;
   return true;
 }
+/// Not operator==.
 MPT_HD inline bool operator!=(const RangeCounts& a, const RangeCounts& b) { return !(a == b); }
 
 }  // namespace mpt

@@ -45,6 +45,7 @@ enum class SubnormalMode : std::uint8_t {
 
 namespace detail {
 
+/// The bit pattern of a float (memcpy on the host, an intrinsic on the device).
 MPT_HD inline std::uint32_t bits_of(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
@@ -55,6 +56,7 @@ MPT_HD inline std::uint32_t bits_of(float x) {
 #endif
 }
 
+/// The float with bit pattern u; the inverse of bits_of.
 MPT_HD inline float float_of(std::uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);

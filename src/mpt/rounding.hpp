@@ -19,9 +19,9 @@ namespace mpt {
 /// How to round. The defaults are IEEE round-to-nearest-even, the format's
 /// overflow convention and gradual underflow.
 struct RoundingOptions {
-  RoundingMode mode = RoundingMode::nearest_even;
+  RoundingMode mode = RoundingMode::nearest_even;  ///< direction for values between two neighbours
   std::optional<OverflowMode> overflow;  ///< unset: Format::default_overflow
-  SubnormalMode subnormals = SubnormalMode::keep;
+  SubnormalMode subnormals = SubnormalMode::keep;  ///< keep subnormal results or flush them to ±0
   std::uint64_t seed = 0;  ///< stochastic rounding only; element i uses bits (seed, i)
 };
 
@@ -49,6 +49,7 @@ void encode_array(const float* in, std::uint32_t* codes, std::size_t n, const Fo
 
 /// Parse "rne" | "rtz" | "sr"; throws std::invalid_argument naming the choices.
 RoundingMode rounding_mode_named(std::string_view name);
+/// The short name of a mode: "rne", "rtz" or "sr" (what rounding_mode_named reads).
 std::string_view rounding_mode_name(RoundingMode m);
 
 }  // namespace mpt

@@ -12,11 +12,11 @@ namespace mpt::detail {
 
 /// Everything one rounding call needs, with the overflow default resolved.
 struct RoundParams {
-  FormatSpec spec;
-  RoundingMode mode;
-  OverflowMode overflow;
-  SubnormalMode subnormals;
-  std::uint64_t seed;
+  FormatSpec spec;           ///< the target format's descriptor
+  RoundingMode mode;         ///< rounding direction
+  OverflowMode overflow;     ///< resolved: the caller's choice or the format's default
+  SubnormalMode subnormals;  ///< keep or flush subnormal results
+  std::uint64_t seed;        ///< stochastic rounding only
 };
 
 /// Resolve a call's options against the format's conventions.
@@ -30,6 +30,8 @@ inline bool is_ieee_default(const RoundParams& p) {
          p.subnormals == SubnormalMode::keep;
 }
 
+/// Round element `index` of an array: round_to_format with the random bits
+/// of (seed, index) in stochastic mode. The portable loops call this.
 inline float round_one(float x, const RoundParams& p, std::uint64_t index) {
   const std::uint32_t bits =
       p.mode == RoundingMode::stochastic ? sr_random_bits(p.seed, index) : 0u;
@@ -38,10 +40,13 @@ inline float round_one(float x, const RoundParams& p, std::uint64_t index) {
 
 #if defined(MPT_HAVE_AVX2_PATH)
 // Each processes n elements; element i uses index first + i.
+/// AVX2 version of the round_array loop: the same bits as round_one.
 void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p,
                 std::uint64_t first);
+/// AVX2 round-and-encode to a 16-bit format (fp16, bf16): codes in uint16.
 void encode16_avx2(const float* in, std::uint16_t* out, std::size_t n, const RoundParams& p,
                    std::uint64_t first);
+/// AVX2 round-and-encode to an 8-bit format (e4m3, e5m2): codes in uint8.
 void encode8_avx2(const float* in, std::uint8_t* out, std::size_t n, const RoundParams& p,
                   std::uint64_t first);
 #endif

@@ -20,9 +20,11 @@ namespace mpt {
 /// One FP8 value: the byte and, through the tag, which codec reads it.
 template <const FormatSpec& Spec>
 struct Fp8 {
-  std::uint8_t code = 0;
-  static constexpr const FormatSpec& spec = Spec;
+  std::uint8_t code = 0;                             ///< the format's bit pattern
+  static constexpr const FormatSpec& spec = Spec;    ///< the format the code is read in
+  /// The value whose bit pattern is c.
   static Fp8 from_code(std::uint8_t c) { Fp8 v; v.code = c; return v; }
+  /// The value as a float (exact).
   float to_float() const { return decode(code, Spec); }
 };
 using Fp8E4M3 = Fp8<formats::e4m3>;  ///< OCP E4M3: max 448, no inf
@@ -39,9 +41,13 @@ void to_e4m3(const float* in, Fp8E4M3* out, std::size_t n, const RoundingOptions
 /// fp32 → E5M2 codes (1 byte each); saturates unless o.overflow says otherwise.
 void to_e5m2(const float* in, Fp8E5M2* out, std::size_t n, const RoundingOptions& o = {});
 
+/// fp16 storage → fp32 (exact).
 void from_fp16(const Eigen::half* in, float* out, std::size_t n);
+/// bf16 storage → fp32 (exact).
 void from_bf16(const Eigen::bfloat16* in, float* out, std::size_t n);
+/// E4M3 codes → fp32 (exact).
 void from_e4m3(const Fp8E4M3* in, float* out, std::size_t n);
+/// E5M2 codes → fp32 (exact).
 void from_e5m2(const Fp8E5M2* in, float* out, std::size_t n);
 
 }  // namespace mpt

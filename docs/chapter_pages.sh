@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Docs — turns every chapter's README.md into a Doxygen page whose demo output
+# comes from this build. Depends on: each chapter's generate.sh (--into mode),
+# a built BUILD_DIR (the programs generate.sh runs), bash, awk.
+#
+# usage: chapter_pages.sh SOURCE_DIR BUILD_DIR PAGES_DIR
+#
+# For chapters/NN-topic/ it writes
+#   PAGES_DIR/NN-topic/README.md, generated/   the fresh copy (generate.sh --into)
+#   PAGES_DIR/chNN.md                          the page Doxygen reads
+# The page is the fresh README with two changes a reader of the site needs
+# and a reader on a repository web page must not see:
+#   - the first heading gets the page id {#chNN} (stable links: \ref ch01);
+#   - relative links become site links: another chapter's README.md -> \ref chNN,
+#     the top-level README.md -> the main page; a link to any other file of the
+#     tree (a script, a source file) keeps its text and loses the link, since
+#     the site does not carry those files.
+#   - a diagram marker, an HTML comment on a line of its own that a repository
+#     web page does not show,
+#       <!-- diagram: NAME.dot "caption" -->
+#     becomes \dotfile NAME.dot "caption"; Doxygen finds NAME.dot in docs/ (drawn
+#     by hand) or among the diagrams mpt_diagrams draws (DOTFILE_DIRS).
+#   - headings lose their backticks (Doxygen 1.9 prints a code span in a
+#     heading as a literal <tt> tag).
+# Fenced code blocks (the demo output) are copied untouched.
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 SOURCE_DIR BUILD_DIR PAGES_DIR" >&2
+  exit 2
+fi
+source_dir=$(cd "$1" && pwd)
+build_dir=$(cd "$2" && pwd)
+pages=$3
+
+rm -rf "$pages"
+mkdir -p "$pages"
+pages=$(cd "$pages" && pwd)
+
+shopt -s nullglob
+found=0
+for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
+  chapter=${chapter%/}
+  [[ -f "$chapter/README.md" ]] || continue
+  name=$(basename "$chapter")
+  nn=${name:0:2}
+  copy="$pages/$name"
+  if [[ -x "$chapter/generate.sh" || -f "$chapter/generate.sh" ]]; then
+    bash "$chapter/generate.sh" --into "$copy" "$build_dir"
+  else
+    mkdir -p "$copy"
+    cp "$chapter/README.md" "$copy/README.md"
+  fi
+
+  awk -v id="ch$nn" '
+    # rewrite the (target) of every markdown link on a line of prose
+    function relink(line,    out, pos, target, rest, text_start, n, m) {
+      out = ""
+      while (match(line, /\]\([^)]*\)/)) {
+        target = substr(line, RSTART + 2, RLENGTH - 3)
+        out = out substr(line, 1, RSTART - 1)
+        rest = substr(line, RSTART + RLENGTH)
+        if (target ~ /^[a-zA-Z][a-zA-Z0-9+.-]*:/ || target ~ /^#/ || target ~ /^@ref /) {
+          out = out "](" target ")"                      # URL, anchor or ref: keep
+        } else if (target ~ /(^|\/)[0-9][0-9]-[^\/]*\/README\.md$/) {
+          n = target; sub(/\/README\.md$/, "", n); sub(/.*\//, "", n)
+          out = out "](@ref ch" substr(n, 1, 2) ")"      # another chapter
+        } else if (target ~ /^(\.\.\/)+README\.md$/) {
+          out = out "](@ref index)"                      # the top-level README
+        } else {
+          # a file of the tree: keep the text "[text]" without the link
+          m = out; text_start = 0
+          for (pos = length(m); pos > 0; pos--) if (substr(m, pos, 1) == "[") { text_start = pos; break }
+          if (text_start > 0) out = substr(m, 1, text_start - 1) substr(m, text_start + 1)
+          else out = out "](" target ")"
+        }
+        line = rest
+      }
+      return out line
+    }
+    NR == 1 {
+      if ($0 !~ /^# /) { print "chapter_pages.sh: " FILENAME ": the first line must be the chapter title (# ...)" > "/dev/stderr"; exit 1 }
+      print $0 " {#" id "}"
+      next
+    }
+    /^[ \t]*```/ { fenced = !fenced; print; next }
+    fenced { print; next }
+    # Doxygen 1.9 shows a `code span` in a heading as a literal <tt> tag:
+    # headings lose their backticks.
+    /^#+ / { gsub(/`/, ""); print relink($0); next }
+    /^<!-- diagram: [^ ]+\.dot ".*" -->[ \t]*$/ {
+      line = $0
+      sub(/^<!-- diagram: /, "", line)
+      sub(/ -->[ \t]*$/, "", line)
+      print "\\dotfile " line
+      next
+    }
+    { print relink($0) }
+  ' "$copy/README.md" >"$pages/ch$nn.md"
+  found=$((found + 1))
+done
+
+if [[ $found -eq 0 ]]; then
+  echo "chapter_pages.sh: no chapters/NN-*/README.md under $source_dir" >&2
+  exit 1
+fi
+# Lines are rewritten in place, never added or removed: a Doxygen warning
+# about PAGES_DIR/chNN.md line L is about chapters/NN-*/README.md line L.
+echo "chapter_pages.sh: $found chapter page(s) in $pages (chNN.md line L = the chapter's README.md line L)"

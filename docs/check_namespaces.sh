@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Docs — fails when a namespace of the API has no description. Depends on:
+# doxygen (the configured docs/Doxyfile), bash, awk. Run by the docs target
+# after the site is built.
+#
+# usage: check_namespaces.sh DOXYGEN DOXYFILE WORK_DIR
+#
+# Doxygen does not warn about an undocumented namespace, and with
+# EXTRACT_ALL = NO it then silently skips the missing docs of everything
+# inside it, so a new namespace could hide a whole undocumented API. This
+# script runs Doxygen once more over the same inputs with EXTRACT_ALL = YES,
+# XML output only and no graphs (about a second), and checks that every named
+# namespace it finds has a brief description (docs/namespaces.dox holds them).
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 DOXYGEN DOXYFILE WORK_DIR" >&2
+  exit 2
+fi
+doxygen=$1
+doxyfile=$2
+work=$3
+
+rm -rf "$work"
+mkdir -p "$work"
+{
+  cat "$doxyfile"
+  echo "OUTPUT_DIRECTORY = \"$work\""
+  echo "EXTRACT_ALL = YES"
+  echo "WARN_AS_ERROR = NO"
+  echo "WARNINGS = NO"
+  echo "WARN_IF_UNDOCUMENTED = NO"
+  echo "QUIET = YES"
+  echo "HAVE_DOT = NO"
+  echo "SOURCE_BROWSER = NO"
+  echo "GENERATE_HTML = NO"
+  echo "GENERATE_XML = YES"
+  echo "XML_PROGRAMLISTING = NO"
+} | "$doxygen" - >"$work/doxygen.log" 2>&1 || {
+  cat "$work/doxygen.log" >&2
+  echo "check_namespaces.sh: doxygen failed" >&2
+  exit 1
+}
+
+shopt -s nullglob
+files=("$work"/xml/namespace*.xml)
+if [[ ${#files[@]} -eq 0 ]]; then
+  echo "check_namespaces.sh: Doxygen found no namespace at all (see $work)" >&2
+  exit 1
+fi
+
+# Per namespace compound: its name, and whether its <briefdescription> holds
+# a paragraph. Anonymous namespaces (Doxygen names them @N) are
+# implementation and need none; std is the standard library's.
+undocumented=$(awk '
+  FNR == 1 { name = ""; inbrief = 0; depth_done = 0; is_namespace = 0 }
+  depth_done { next }
+  /<compounddef / && /kind="namespace"/ { is_namespace = 1 }
+  /<compoundname>/ && name == "" {
+    name = $0; sub(/.*<compoundname>/, "", name); sub(/<\/compoundname>.*/, "", name)
+  }
+  /<briefdescription>/ && !inbrief { inbrief = 1; brief = "" }
+  inbrief { brief = brief $0 }
+  /<\/briefdescription>/ && inbrief {
+    inbrief = 0; depth_done = 1
+    if (is_namespace && name !~ /@/ && name != "std" && brief !~ /<para>/) print name
+  }
+' "${files[@]}" | sort -u)
+
+if [[ -n "$undocumented" ]]; then
+  echo "check_namespaces.sh: these namespaces have no description; add a \\namespace entry" >&2
+  echo "to docs/namespaces.dox (Doxygen skips the missing docs of their members otherwise):" >&2
+  echo "$undocumented" | sed 's/^/  /' >&2
+  exit 1
+fi
+echo "check_namespaces.sh: every named namespace has a description"
