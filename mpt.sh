@@ -18,9 +18,13 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
 # Debian packages the build needs (CUDA is optional and not from Debian).
-packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev)
+# python3-sklearn is not installed: tools/fetch_digits.sh only extracts the
+# digits data file from its .deb.
+packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev gnuplot-nox)
 if [[ $what == test ]]; then
-  packages+=(doctest-dev libbenchmark-dev python3)
+  # tests, benchmarks, the docs site (Doxygen, Graphviz), the notebooks'
+  # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h)
+  packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz)
 fi
 
 missing=()
@@ -38,7 +42,10 @@ fi
 tests=ON
 [[ $what == test ]] || tests=OFF
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMPT_TESTS=$tests -DMPT_BENCHMARKS=$tests ${MPT_CMAKE_ARGS:-}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMPT_TESTS=$tests -DMPT_BENCHMARKS=$tests \
+  -DMPT_DOCS=$tests -DMPT_NOTEBOOKS=$tests ${MPT_CMAKE_ARGS:-}
+# The real data sets come out of Debian packages once (nothing at run time).
+cmake --build "$BUILD_DIR" --target fetch-data
 if [[ $what == tour ]]; then
   cmake --build "$BUILD_DIR" -j "$JOBS" --target mpt_cli
   exec "$BUILD_DIR/src/cli/mpt" tour

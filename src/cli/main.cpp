@@ -2,7 +2,8 @@
 // starts here (formats, explain, round, range, pitfalls, pitfall, tour);
 // later chapters add their own subcommands.
 // Depends on: the mpt library (format, rounding, explain, range_report,
-// pitfall), mpt_chapters (the filled registry), CLI11, nlohmann_json.
+// pitfall), mpt_chapters (the filled registry), CLI11, nlohmann_json;
+// Chapter 02's `scaler simulate` uses scaler_sim (and grad_scaler).
 //
 // Conventions (DESIGN.md §9): every number printed comes from the library;
 // bad input gets exactly one line on stderr naming what was wrong and the
@@ -17,10 +18,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -33,6 +36,7 @@
 #include "mpt/pitfall.hpp"
 #include "mpt/range_report.hpp"
 #include "mpt/rounding.hpp"
+#include "mpt/scaler_sim.hpp"
 
 namespace {
 
@@ -434,6 +438,143 @@ int cmd_tour(bool json) {
 }
 
 // ---------------------------------------------------------------------------
+// Chapter 02 — `mpt scaler simulate`: the sawtooth of a dynamic loss scale.
+// Every option is taken as text and parsed here, so that each bad value gets
+// a message naming the option, the value and what it may be.
+
+struct ScalerArgs {
+  std::string init_scale, growth_factor, backoff_factor, growth_interval;
+  std::string steps, overflow_at, overflow_prob, seed, plot;
+  bool json = false;
+};
+
+constexpr const char* kOverflowChoice =
+    "list the overflow steps (--overflow-at 3,7,8) or draw them (--overflow-prob P --seed N)";
+
+// A whole number in [lo, hi], all of the token.
+bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {
+  if (token.empty() || std::isspace(static_cast<unsigned char>(token[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(token.c_str(), &end, 10);
+  if (errno == ERANGE || end != token.c_str() + token.size() || v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
+float scaler_float_option(const std::string& name, const std::string& text) {
+  float v = 0;
+  if (!parse_number(text, v))
+    throw UsageError(name + ": cannot parse '" + text + "' as a number; " + kNumberHint);
+  return v;
+}
+
+/// The factors are doubles, as PyTorch's (Python floats) are: parsed with strtod.
+double scaler_double_option(const std::string& name, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
+      end != text.c_str() + text.size())
+    throw UsageError(name + ": cannot parse '" + text + "' as a number; " + kNumberHint);
+  return v;
+}
+
+mpt::ScalerSimulationSpec scaler_spec(const ScalerArgs& a) {
+  mpt::ScalerSimulationSpec spec;
+  mpt::GradScaler::Options& o = spec.options;
+  if (!a.init_scale.empty()) o.init_scale = scaler_float_option("--init-scale", a.init_scale);
+  if (!a.growth_factor.empty()) o.growth_factor = scaler_double_option("--growth-factor", a.growth_factor);
+  if (!a.backoff_factor.empty())
+    o.backoff_factor = scaler_double_option("--backoff-factor", a.backoff_factor);
+  long long v = 0;
+  if (!a.growth_interval.empty()) {
+    if (!parse_integer(a.growth_interval, 1, std::numeric_limits<std::int32_t>::max(), v))
+      throw UsageError("--growth-interval: '" + a.growth_interval +
+                       "' is not a whole number of steps from 1 to 2147483647");
+    o.growth_interval = static_cast<std::int32_t>(v);
+  }
+  try {
+    mpt::GradScaler check(o);  // the scaler's own rules and messages, before anything else
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+
+  const std::string steps_range = "from 1 to " + std::to_string(mpt::kMaxScalerSimulationSteps);
+  if (a.steps.empty())
+    throw UsageError("missing --steps; give the number of steps to simulate, " + steps_range +
+                     " (e.g. --steps 20)");
+  if (!parse_integer(a.steps, 1, mpt::kMaxScalerSimulationSteps, v))
+    throw UsageError("--steps: '" + a.steps + "' is not a whole number of steps " + steps_range);
+  spec.steps = v;
+
+  if (!a.overflow_at.empty() && !a.overflow_prob.empty())
+    throw UsageError(std::string("--overflow-at and --overflow-prob cannot be combined; ") +
+                     kOverflowChoice);
+  if (!a.seed.empty() && a.overflow_prob.empty())
+    throw UsageError("--seed applies only to --overflow-prob; give --overflow-prob P with it, or "
+                     "drop --seed");
+  if (!a.overflow_at.empty()) {
+    std::string item;
+    std::istringstream items(a.overflow_at);
+    while (std::getline(items, item, ',')) {
+      if (!parse_integer(item, 1, std::numeric_limits<long long>::max(), v))
+        throw UsageError("--overflow-at: '" + item +
+                         "' is not a step number; give 1-based steps separated by commas, e.g. "
+                         "--overflow-at 3,7,8");
+      if (v > spec.steps)
+        throw UsageError("--overflow-at: step " + item + " is past the end of the run; valid steps: 1 to " +
+                         std::to_string(spec.steps) + " (--steps " + a.steps + ")");
+      spec.overflow_at.push_back(v);
+    }
+    if (a.overflow_at.back() == ',')
+      throw UsageError("--overflow-at: '" + a.overflow_at +
+                       "' ends with a comma; give 1-based steps separated by commas, e.g. 3,7,8");
+  }
+  if (!a.overflow_prob.empty()) {
+    double p = 0;
+    if (!parse_number(a.overflow_prob, p) || !(p >= 0.0 && p <= 1.0))
+      throw UsageError("--overflow-prob: '" + a.overflow_prob +
+                       "' is not a probability; give a number from 0 to 1");
+    spec.overflow_probability = p;
+    if (!a.seed.empty()) {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long seed = std::strtoull(a.seed.c_str(), &end, 10);
+      if (a.seed.empty() || !std::isdigit(static_cast<unsigned char>(a.seed[0])) || errno == ERANGE ||
+          end != a.seed.c_str() + a.seed.size())
+        throw UsageError("--seed: '" + a.seed + "' is not an unsigned integer (0 to 18446744073709551615)");
+      spec.seed = seed;
+    }
+  }
+  return spec;
+}
+
+int cmd_scaler_simulate(const ScalerArgs& a) {
+  const mpt::ScalerSimulationSpec spec = scaler_spec(a);  // all input checked first
+  mpt::ScalerSimulation sim;
+  try {
+    sim = mpt::simulate_scaler(spec);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (!a.plot.empty()) {
+    try {
+      mpt::write_plot_svg(sim, a.plot);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());  // an unwritable path is bad input; a missing gnuplot is not
+    }
+  }
+  if (a.json) {
+    std::cout << mpt::render_json(sim);
+  } else {
+    std::cout << mpt::render_text(sim);
+    if (!a.plot.empty()) std::cout << "plot written to " << a.plot << "\n";
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
 // Command-line errors: CLI11's messages, reduced to one line with the choices.
 
 std::string one_line(std::string s) {
@@ -472,38 +613,44 @@ std::string choices_for(const std::string& message) {
 }
 
 int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
-  // The subcommand being parsed, if the parser got that far.
+  // The innermost subcommand being parsed (`mpt scaler simulate` nests), if
+  // the parser got that far.
   const CLI::App* sub = nullptr;
-  for (const CLI::App* s : app.get_subcommands()) sub = s;
-  const std::string where = sub ? "mpt " + sub->get_name() : "mpt";
+  std::string where = "mpt";
+  for (const CLI::App* level = &app; !level->get_subcommands().empty();) {
+    level = sub = level->get_subcommands().back();
+    where += " " + sub->get_name();
+  }
+  // A subcommand that only groups others (`mpt scaler`) is reported like the
+  // top level: its choices are subcommands, not options.
+  const bool groups = sub && !sub->get_subcommands([](const CLI::App*) { return true; }).empty();
   std::string message = one_line(e.what());
   std::string choices;
   // Arguments nobody claimed explain most errors better than what CLI11
   // noticed first ("--format is required" for `mpt round --fromat fp16`).
   std::vector<std::string> stray = sub ? sub->remaining() : app.remaining();
   stray.erase(std::remove(stray.begin(), stray.end(), "--"), stray.end());
-  auto valid_options = [](const CLI::App& s) {
+  auto valid_options = [&where](const CLI::App& s) {
     const std::string names = option_names(s);
-    return names.empty() ? "'mpt " + s.get_name() + "' takes no arguments"
-                         : "valid options: " + names;
+    return names.empty() ? "'" + where + "' takes no arguments" : "valid options: " + names;
   };
   if (!stray.empty()) {
     const std::string& first = stray.front();
     const bool looks_like_option = first.size() > 1 && first[0] == '-' &&
                                    !std::isdigit(static_cast<unsigned char>(first[1])) &&
                                    first[1] != '.';
-    if (sub) {
+    if (sub && !groups) {
       message = std::string(looks_like_option ? "unknown option '" : "unexpected argument '") +
                 first + "'";
       choices = valid_options(*sub);
     } else {
       message = std::string(looks_like_option ? "unknown option '" : "unknown subcommand '") +
                 first + "'";
-      choices = "valid subcommands: " + subcommand_names(app);
+      choices = "valid subcommands: " + subcommand_names(sub ? *sub : app);
     }
-  } else if (dynamic_cast<const CLI::RequiredError*>(&e) && !sub) {
+  } else if (dynamic_cast<const CLI::RequiredError*>(&e) && (!sub || groups)) {
     message = "missing subcommand";
-    choices = "valid subcommands: " + subcommand_names(app);
+    choices = "valid subcommands: " + subcommand_names(sub ? *sub : app);
   } else {
     choices = choices_for(message);
     if (choices.empty() && sub) choices = valid_options(*sub);
@@ -584,6 +731,55 @@ int main(int argc, char** argv) {
                  "machine-readable output: {\"pitfalls\": [...], \"all_reproduced\": bool}; NaN/inf "
                  "outcome values are written as null");
 
+  // scaler simulate (Chapter 02)
+  auto* scaler = app.add_subcommand("scaler", "Chapter 2's GradScaler from the command line")
+                     ->require_subcommand(1);
+  ScalerArgs scaler_args;
+  const mpt::GradScaler::Options scaler_defaults;
+  auto* simulate = scaler->add_subcommand(
+      "simulate",
+      "Run a real GradScaler (PyTorch's semantics) for --steps iterations in which the listed or "
+      "drawn steps overflow (their gradient holds an inf), and print one row per step: step, "
+      "overflow (0/1), the scale after update() (the shortest decimal that reads back to the same "
+      "FP32 value), the growth tracker, and skipped (0/1: optimizer.step() was not called).");
+  simulate->add_option("--init-scale", scaler_args.init_scale, "the first scale")
+      ->default_str(mpt::shortest_decimal(scaler_defaults.init_scale))
+      ->type_name("FLOAT");
+  simulate->add_option("--growth-factor", scaler_args.growth_factor,
+                       "scale *= this after growth_interval clean steps (> 1)")
+      ->default_str(mpt::shortest_decimal(scaler_defaults.growth_factor))
+      ->type_name("FLOAT");
+  simulate->add_option("--backoff-factor", scaler_args.backoff_factor,
+                       "scale *= this after an overflow (between 0 and 1)")
+      ->default_str(mpt::shortest_decimal(scaler_defaults.backoff_factor))
+      ->type_name("FLOAT");
+  simulate->add_option("--growth-interval", scaler_args.growth_interval,
+                       "clean steps in a row before the scale grows (>= 1)")
+      ->default_str(std::to_string(scaler_defaults.growth_interval))
+      ->type_name("INT");
+  simulate->add_option("--steps", scaler_args.steps,
+                       "iterations to simulate, 1 to " + std::to_string(mpt::kMaxScalerSimulationSteps) +
+                           " (required)")
+      ->type_name("K");
+  simulate->add_option("--overflow-at", scaler_args.overflow_at,
+                       "overflowing steps, 1-based, separated by commas: 3,7,8")
+      ->type_name("LIST");
+  simulate->add_option("--overflow-prob", scaler_args.overflow_prob,
+                       "instead: each step overflows with this probability (0 to 1)")
+      ->type_name("P");
+  simulate->add_option("--seed", scaler_args.seed, "seed of the --overflow-prob draw")
+      ->default_str("0")
+      ->type_name("N");
+  simulate->add_flag("--json", scaler_args.json,
+                     "the same rows as JSON: {\"options\", \"steps\", \"overflow_at\" (or "
+                     "\"overflow_probability\" and \"seed\"), \"rows\": [{\"step\", \"overflow\", "
+                     "\"scale\", \"growth_tracker\", \"skipped\"}], \"skipped_steps\", \"final_scale\"}");
+  simulate->add_option("--plot", scaler_args.plot,
+                       "also draw log2(scale) against the step, overflows marked, as an SVG at this "
+                       "path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
+                           " steps (runs gnuplot: apt-get install gnuplot-nox)")
+      ->type_name("FILE.svg");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -599,6 +795,7 @@ int main(int argc, char** argv) {
     if (*pitfalls) return cmd_pitfalls();
     if (*pitfall) return cmd_pitfall(pitfall_id, pitfall_json);
     if (*tour) return cmd_tour(tour_json);
+    if (*simulate) return cmd_scaler_simulate(scaler_args);
   } catch (const UsageError& e) {
     std::cerr << "mpt: " << e.what() << "\n";
     return 2;

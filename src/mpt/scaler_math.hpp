@@ -42,18 +42,21 @@ MPT_HD inline bool unscale_and_check(float& g, float inv_scale) {
 /// successful steps, and when it reaches growth_interval the scale is
 /// multiplied by growth_factor — but only if the grown scale is finite in
 /// FP32 — and the tracker resets either way. There is no floor: repeated
-/// overflow can drive the scale to zero.
+/// overflow can drive the scale to zero. The factors are doubles and each
+/// product is formed in double then rounded to the FP32 scale, as PyTorch's
+/// _amp_update_scale_ kernels do, so a factor such as 0.3 that is not a float
+/// gives PyTorch's bits.
 MPT_HD inline void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                                float growth_factor, float backoff_factor,
+                                double growth_factor, double backoff_factor,
                                 std::int32_t growth_interval) {
   if (found_inf) {
-    scale *= backoff_factor;
+    scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
     growth_tracker = 0;
     return;
   }
   const std::int32_t successful = growth_tracker + 1;
   if (successful == growth_interval) {
-    const float grown = scale * growth_factor;
+    const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
     if (is_finite_bits(grown)) scale = grown;
     growth_tracker = 0;
   } else {

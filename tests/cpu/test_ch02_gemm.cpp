@@ -1,0 +1,238 @@
+// Chapter 02 — loss scaling and FP32 master weights: stored tensors and the
+// GPU-style GEMM (fp16/bf16 inputs, FP32 accumulation, one rounding of the
+// result), and the fp16-accumulate pitfall GEMM.
+// Depends on: mpt/gemm.hpp, Chapter 1 rounding.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "mpt/data.hpp"
+#include "mpt/gemm.hpp"
+#include "mpt/rounding.hpp"
+
+using namespace mpt;
+
+namespace {
+
+// A matrix of small integers in [-r, r]: every product and partial sum of a
+// short GEMM is an exact small integer in fp16/bf16/fp32 (CUTLASS's trick
+// for bit-exact checks).
+MatrixF small_ints(Eigen::Index rows, Eigen::Index cols, int r, std::uint64_t seed) {
+  Rng rng(seed);
+  MatrixF m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i)
+    m.data()[i] = static_cast<float>(static_cast<int>(rng.below(2 * r + 1)) - r);
+  return m;
+}
+
+MatrixF normals(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  MatrixF m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(scale * rng.normal());
+  return m;
+}
+
+Eigen::MatrixXd op(const MatrixF& m, Op o) {
+  Eigen::MatrixXd d = m.cast<double>();
+  return o == Op::T ? Eigen::MatrixXd(d.transpose()) : d;
+}
+
+bool same_bits(const MatrixF& a, const MatrixF& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    const float x = a.data()[i], y = b.data()[i];
+    if (!(x == y || (std::isnan(x) && std::isnan(y)))) return false;
+    if (x == 0 && std::signbit(x) != std::signbit(y)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("precisions: names, sizes, parse errors") {
+  CHECK(precision_name(Precision::fp16) == "fp16");
+  CHECK(precision_named("bf16") == Precision::bf16);
+  CHECK(bytes_per_element(Precision::fp32) == 4);
+  CHECK(bytes_per_element(Precision::fp16) == 2);
+  CHECK(bytes_per_element(Precision::bf16) == 2);
+  CHECK(format_of(Precision::fp16).name == "fp16");
+  try {
+    precision_named("fp8");
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "unknown precision 'fp8'; valid: fp32, fp16, bf16");
+  }
+}
+
+TEST_CASE("Tensor: real 2-byte storage, library rounding, exact widening") {
+  const MatrixF x = normals(7, 5, 11, 1000.0);
+  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
+    const Tensor t = Tensor::from_fp32(x, p);
+    CHECK(t.rows() == 7);
+    CHECK(t.cols() == 5);
+    CHECK(t.bytes() == 35 * bytes_per_element(p));
+    const MatrixF back = t.to_fp32();
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      CHECK(back.data()[i] == round_value(x.data()[i], format_of(p)));
+    CHECK(t.value(3, 4) == back(3, 4));
+  }
+  CHECK(Tensor::from_fp32(x, Precision::fp16).fp16().size() == 35);
+  CHECK_THROWS_AS(Tensor::from_fp32(x, Precision::fp16).fp32(), std::logic_error);
+  // 70000 overflows fp16 to inf (IEEE default), not to 65504.
+  MatrixF big(1, 2);
+  big << 70000.0f, 65519.0f;
+  const Tensor h = Tensor::from_fp32(big, Precision::fp16);
+  CHECK(std::isinf(h.value(0, 0)));
+  CHECK(h.value(0, 1) == 65504.0f);
+  const Tensor z(Precision::bf16, 3, 4);
+  CHECK(z.to_fp32().isZero(0));
+  CHECK(z.bytes() == 24);
+}
+
+TEST_CASE("gemm: small-integer inputs are bit-exact in every precision and transpose") {
+  const MatrixF a = small_ints(6, 9, 4, 1), b = small_ints(9, 5, 4, 2);
+  const Eigen::MatrixXd want = a.cast<double>() * b.cast<double>();
+  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16})
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T}) {
+        CAPTURE(precision_name(p));
+        const MatrixF as = oa == Op::N ? a : MatrixF(a.transpose());
+        const MatrixF bs = ob == Op::N ? b : MatrixF(b.transpose());
+        const Tensor c = gemm(Tensor::from_fp32(as, p), oa, Tensor::from_fp32(bs, p), ob, p);
+        CHECK(c.precision() == p);
+        CHECK(c.to_fp32().cast<double>() == want);  // |entries| <= 144: exact everywhere
+      }
+}
+
+TEST_CASE("gemm: fp16 inputs, fp32 accumulation, one rounding of the result") {
+  const MatrixF a = normals(16, 64, 3), b = normals(64, 12, 4);
+  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
+  const Tensor c = gemm(a16, Op::N, b16, Op::N, Precision::fp16);
+  // By definition: the fp32 product of the widened inputs, rounded once.
+  const MatrixF acc = matmul<float>(a16.to_fp32(), Op::N, b16.to_fp32(), Op::N);
+  CHECK(same_bits(c.to_fp32(), Tensor::from_fp32(acc, Precision::fp16).to_fp32()));
+  // Against exact (double) products of the stored inputs: the fp32 sum is
+  // within K·u32·Σ|a||b| (standard dot-product bound, K = 64), and the
+  // output rounding adds at most half an fp16 ulp of the result.
+  const Eigen::MatrixXd exact = a16.to_fp32().cast<double>() * b16.to_fp32().cast<double>();
+  const Eigen::MatrixXd absum =
+      a16.to_fp32().cast<double>().cwiseAbs() * b16.to_fp32().cast<double>().cwiseAbs();
+  const MatrixF got = c.to_fp32();
+  for (Eigen::Index i = 0; i < exact.rows(); ++i)
+    for (Eigen::Index j = 0; j < exact.cols(); ++j) {
+      const double half_ulp16 = std::ldexp(1.0, std::max(std::ilogb(exact(i, j)), -14) - 11);
+      CHECK(std::fabs(got(i, j) - exact(i, j)) <= half_ulp16 + 64 * std::ldexp(1.0, -24) * absum(i, j));
+    }
+}
+
+TEST_CASE("gemm: fp32 inputs match an FP64 reference within the dot-product bound") {
+  const MatrixF a = normals(9, 33, 5), b = normals(12, 33, 6);
+  const Tensor c = gemm(a, Op::N, b, Op::T, Precision::fp32);
+  const Eigen::MatrixXd exact = op(a, Op::N) * op(b, Op::T);
+  const Eigen::MatrixXd absum = op(a, Op::N).cwiseAbs() * op(b, Op::T).cwiseAbs();
+  const MatrixF got = c.to_fp32();
+  for (Eigen::Index i = 0; i < exact.rows(); ++i)
+    for (Eigen::Index j = 0; j < exact.cols(); ++j)
+      CHECK(std::fabs(got(i, j) - exact(i, j)) <= 33 * std::ldexp(1.0, -24) * absum(i, j));
+}
+
+TEST_CASE("gemm: the fp32 accumulator does not stagnate; the fp16 one does (pitfall)") {
+  // 4096 products of 1·1. In fp32 the sum reaches 4096 (exact in fp16 too).
+  // In an fp16 accumulator 2048 + 1 is a tie between 2048 and 2050 and
+  // rounds to even: the sum is stuck at 2048 for good.
+  const MatrixF ones_row = MatrixF::Ones(1, 4096), ones_col = MatrixF::Ones(4096, 1);
+  const Tensor a = Tensor::from_fp32(ones_row, Precision::fp16), b = Tensor::from_fp32(ones_col, Precision::fp16);
+  CHECK(gemm(a, Op::N, b, Op::N, Precision::fp16).value(0, 0) == 4096.0f);
+  CHECK(gemm_fp16_accumulate(a, Op::N, b, Op::N).value(0, 0) == 2048.0f);
+}
+
+TEST_CASE("gemm_fp16_accumulate: one fp16 rounding per multiply-add") {
+  // Independent oracle: Eigen::half arithmetic (float op, then rounded to
+  // half). With small-integer inputs the products are exact fp16 values,
+  // so a fused multiply-add and Eigen's separate multiply and add agree;
+  // sums pass 2048, where fp16's spacing becomes 2 and rounding kicks in.
+  const MatrixF a = small_ints(5, 200, 16, 7), b = small_ints(200, 4, 16, 8);
+  const Tensor a16 = Tensor::from_fp32(a.cwiseAbs(), Precision::fp16);
+  const Tensor b16 = Tensor::from_fp32(b.cwiseAbs(), Precision::fp16);
+  const MatrixF got = gemm_fp16_accumulate(a16, Op::N, b16, Op::N).to_fp32();
+  bool some_rounding = false;
+  for (Eigen::Index i = 0; i < 5; ++i)
+    for (Eigen::Index j = 0; j < 4; ++j) {
+      Eigen::half acc(0.0f);
+      double exact = 0;
+      for (Eigen::Index k = 0; k < 200; ++k) {
+        acc = acc + Eigen::half(std::fabs(a(i, k))) * Eigen::half(std::fabs(b(k, j)));
+        exact += std::fabs(a(i, k)) * std::fabs(b(k, j));
+      }
+      CHECK(got(i, j) == static_cast<float>(acc));
+      some_rounding |= got(i, j) != exact;
+    }
+  CHECK(some_rounding);  // the demo really loses something
+  // Transposes read the same data.
+  const Tensor aT = Tensor::from_fp32(MatrixF(a.cwiseAbs().transpose()), Precision::fp16);
+  CHECK(same_bits(gemm_fp16_accumulate(aT, Op::T, b16, Op::N).to_fp32(), got));
+  // Only fp16 inputs.
+  CHECK_THROWS_AS(gemm_fp16_accumulate(Tensor::from_fp32(a, Precision::bf16), Op::N,
+                                       Tensor::from_fp32(b, Precision::bf16), Op::N),
+                  std::invalid_argument);
+}
+
+TEST_CASE("gemm_fp16_accumulate: a fused multiply-add rounds once (round-to-odd path)") {
+  // acc = 2^-11 after the first term. The second product is
+  // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20, not an fp16 value.
+  //   fused (HFMA): fp16(2^-11 + 1 + 2^-9 + 2^-20) = 1 + 3·2^-10 (above the tie)
+  //   product rounded first: fp16(1 + 2^-9) = 1 + 2^-9, then
+  //   fp16(1 + 2^-9 + 2^-11) is a tie → even → 1 + 2^-9.
+  MatrixF a(1, 2), b(2, 1);
+  a << 0x1.0p-11f, 1.0f + 0x1.0p-10f;
+  b << 1.0f, 1.0f + 0x1.0p-10f;
+  const Tensor c = gemm_fp16_accumulate(Tensor::from_fp32(a, Precision::fp16), Op::N,
+                                        Tensor::from_fp32(b, Precision::fp16), Op::N);
+  CHECK(c.value(0, 0) == 1.0f + 3 * 0x1.0p-10f);
+  // A tie in the running sum itself still rounds to even: 1 + 2^-11 → 1.
+  MatrixF t(1, 2), u(2, 1);
+  t << 1.0f, 0x1.0p-11f;
+  u << 1.0f, 1.0f;
+  CHECK(gemm_fp16_accumulate(Tensor::from_fp32(t, Precision::fp16), Op::N,
+                             Tensor::from_fp32(u, Precision::fp16), Op::N).value(0, 0) == 1.0f);
+}
+
+TEST_CASE("gemm: output overflow follows the output format") {
+  MatrixF a(1, 2), b(2, 1);
+  a << 60000.0f, 60000.0f;
+  b << 1.0f, 1.0f;
+  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
+  CHECK(std::isinf(gemm(a16, Op::N, b16, Op::N, Precision::fp16).value(0, 0)));
+  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::fp32).value(0, 0) == 120000.0f);
+  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::bf16).value(0, 0) == round_value(120000.0f, format_of(Precision::bf16)));
+}
+
+TEST_CASE("gemm_bias: the bias joins the fp32 accumulator before the single rounding") {
+  // acc = 1 + 2^-11 (exact in fp32, a tie in fp16); bias 2^-20 tips it up.
+  // Rounding acc first and then adding the bias would give 1.
+  MatrixF a(1, 2), b(2, 1), bias(1, 1);
+  a << 1.0f, 0x1.0p-11f;
+  b << 1.0f, 1.0f;
+  bias << 0x1.0p-20f;
+  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
+  const Tensor bias16 = Tensor::from_fp32(bias, Precision::fp16);
+  CHECK(bias16.value(0, 0) == 0x1.0p-20f);  // an fp16 subnormal, exact
+  CHECK(gemm_bias(a16, Op::N, b16, Op::N, bias16, Precision::fp16).value(0, 0) == 1.0f + 0x1.0p-10f);
+  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::fp16).value(0, 0) == 1.0f);
+  CHECK_THROWS_AS(gemm_bias(a16, Op::N, b16, Op::N, Tensor(Precision::fp16, 1, 3), Precision::fp16),
+                  std::invalid_argument);
+}
+
+TEST_CASE("gemm: operand errors are explicit") {
+  const Tensor a(Precision::fp16, 2, 3), b(Precision::bf16, 3, 2), c(Precision::fp16, 4, 2);
+  CHECK_THROWS_WITH_AS(gemm(a, Op::N, b, Op::N, Precision::fp16),
+                       doctest::Contains("inputs are fp16 and bf16"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gemm(a, Op::N, c, Op::N, Precision::fp16),
+                       doctest::Contains("op(a) is 2x3 but op(b) is 4x2"), std::invalid_argument);
+  // A Parameter's model copy is a valid operand as it is stored.
+  MatrixH w = Tensor::from_fp32(MatrixF::Ones(2, 3), Precision::fp16).fp16();
+  CHECK(gemm(a, Op::N, w, Op::T, Precision::fp32).rows() == 2);
+}

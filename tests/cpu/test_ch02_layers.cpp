@@ -1,0 +1,319 @@
+// Chapter 02 — loss scaling and FP32 master weights: the layers.
+// Every backward formula is checked in FP64 against central finite
+// differences (layer_math<double>, the same templates the float layers
+// run); then the mixed-precision layers are checked to run exactly those
+// formulas with the GPU's rounding points.
+// Depends on: mpt/layers.hpp, mpt/gemm.hpp, mpt/data.hpp (Rng).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "mpt/data.hpp"
+#include "mpt/layers.hpp"
+#include "mpt/rounding.hpp"
+
+using namespace mpt;
+using MatD = Mat<double>;
+
+namespace {
+
+MatD randn(Eigen::Index r, Eigen::Index c, std::uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  MatD m(r, c);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = scale * rng.normal();
+  return m;
+}
+
+// Keeps every entry at least `gap` away from 0, so a ReLU's kink is never
+// inside a finite-difference step.
+MatD away_from_zero(MatD m, double gap) {
+  for (Eigen::Index i = 0; i < m.size(); ++i) {
+    double& v = m.data()[i];
+    if (std::fabs(v) < gap) v = v < 0 ? -gap : gap;
+  }
+  return m;
+}
+
+// Central differences: (f(m + h·e_i) − f(m − h·e_i)) / 2h for every entry.
+// Error model in FP64: truncation h²·|f'''|/6 ≈ 1e-13 for the O(1)
+// derivatives here (h = 1e-6), rounding ≈ ε·|f|/h ≈ 1e-10; against
+// gradients of size 1e-2..1 the relative error stays below ~1e-8, so 1e-6
+// is a safe tolerance that still catches any wrong term (a missing
+// transpose, a dropped factor 2 or 1/B is an O(1) relative error).
+MatD numeric_grad(const std::function<double()>& f, MatD& m, double h = 1e-6) {
+  MatD g(m.rows(), m.cols());
+  for (Eigen::Index i = 0; i < m.size(); ++i) {
+    const double keep = m.data()[i];
+    m.data()[i] = keep + h;
+    const double up = f();
+    m.data()[i] = keep - h;
+    const double down = f();
+    m.data()[i] = keep;
+    g.data()[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+double rel_err(const MatD& analytic, const MatD& numeric) {
+  const double scale = std::max({analytic.norm(), numeric.norm(), 1e-30});
+  return (analytic - numeric).norm() / scale;
+}
+
+constexpr double kTol = 1e-6;
+
+bool same_bits(const MatrixF& a, const MatrixF& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (Eigen::Index i = 0; i < a.size(); ++i)
+    if (!(a.data()[i] == b.data()[i] || (std::isnan(a.data()[i]) && std::isnan(b.data()[i])))) return false;
+  return true;
+}
+
+MatrixF rounded(const MatrixF& x, Precision p) { return Tensor::from_fp32(x, p).to_fp32(); }
+
+}  // namespace
+
+// --- FP64 finite-difference checks of layer_math ----------------------------------
+
+TEST_CASE("Linear backward matches finite differences (FP64)") {
+  // x [B=5, in=4], W [out=3, in=4], b [1, 3]; loss = Σ R ⊙ y, so dy = R.
+  MatD x = randn(5, 4, 1), w = randn(3, 4, 2), b = randn(1, 3, 3);
+  const MatD r = randn(5, 3, 4);
+  const auto loss = [&] { return layer_math::linear_forward<double>(x, w, b).cwiseProduct(r).sum(); };
+  const auto g = layer_math::linear_backward<double>(x, w, r);
+  CHECK(g.dx.rows() == 5);
+  CHECK(g.dx.cols() == 4);
+  CHECK(g.dw.rows() == 3);
+  CHECK(g.dw.cols() == 4);
+  CHECK(g.db.rows() == 1);
+  CHECK(g.db.cols() == 3);
+  CHECK(rel_err(g.dx, numeric_grad(loss, x)) < kTol);
+  CHECK(rel_err(g.dw, numeric_grad(loss, w)) < kTol);
+  CHECK(rel_err(g.db, numeric_grad(loss, b)) < kTol);
+}
+
+TEST_CASE("ReLU and GELU backward match finite differences (FP64)") {
+  MatD x = away_from_zero(randn(6, 7, 5, 2.0), 0.05);
+  const MatD r = randn(6, 7, 6);
+  SUBCASE("relu") {
+    const auto loss = [&] { return layer_math::relu_forward<double>(x).cwiseProduct(r).sum(); };
+    const MatD y = layer_math::relu_forward<double>(x);
+    CHECK(rel_err(layer_math::relu_backward<double>(y, r), numeric_grad(loss, x)) < kTol);
+    // The saved input gives the same mask as the saved output.
+    CHECK(layer_math::relu_backward<double>(x, r) == layer_math::relu_backward<double>(y, r));
+  }
+  for (GeluApproximation a : {GeluApproximation::none, GeluApproximation::tanh}) {
+    CAPTURE(static_cast<int>(a));
+    const auto loss = [&] { return layer_math::gelu_forward<double>(x, a).cwiseProduct(r).sum(); };
+    CHECK(rel_err(layer_math::gelu_backward<double>(x, r, a), numeric_grad(loss, x)) < kTol);
+  }
+}
+
+TEST_CASE("GELU values are PyTorch's") {
+  // PyTorch's documented formulas (torch.nn.GELU: x·Φ(x), and approximate=
+  // 'tanh'), evaluated independently with Python's math.erf / math.tanh in
+  // double; the erf form is nn.GELU()'s default.
+  CHECK(layer_math::gelu(1.0, GeluApproximation::none) == doctest::Approx(0.8413447460685429).epsilon(1e-15));
+  CHECK(layer_math::gelu(-1.0, GeluApproximation::none) == doctest::Approx(-0.15865525393145707).epsilon(1e-15));
+  CHECK(layer_math::gelu(3.0, GeluApproximation::none) == doctest::Approx(2.99595030590511).epsilon(1e-15));
+  CHECK(layer_math::gelu(1.0, GeluApproximation::tanh) == doctest::Approx(0.8411919906082768).epsilon(1e-15));
+  CHECK(layer_math::gelu(-1.0, GeluApproximation::tanh) == doctest::Approx(-0.15880800939172324).epsilon(1e-15));
+}
+
+TEST_CASE("softmax cross-entropy: value, gradient by finite differences, loss scaling") {
+  // One row [1, 2, 3], label 2: log(e + e² + e³) − 3.
+  MatD one(1, 3);
+  one << 1, 2, 3;
+  CHECK(layer_math::cross_entropy_forward<double>(one, {2}) ==
+        doctest::Approx(std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0).epsilon(1e-15));
+  // Max subtraction: logits of 1000 do not overflow.
+  MatD huge(1, 2);
+  huge << 1000, 1000;
+  CHECK(layer_math::cross_entropy_forward<float>(huge.cast<float>(), {0}) == doctest::Approx(std::log(2.0)));
+
+  MatD z = randn(6, 5, 7, 3.0);
+  const std::vector<int> y{0, 4, 2, 2, 1, 3};
+  const auto loss = [&] { return layer_math::cross_entropy_forward<double>(z, y); };
+  const MatD d = layer_math::cross_entropy_backward<double>(z, y, 1.0);
+  CHECK(rel_err(d, numeric_grad(loss, z)) < kTol);
+  // Each row of softmax − onehot sums to zero.
+  CHECK(d.rowwise().sum().cwiseAbs().maxCoeff() < 1e-15);
+  // dloss = S multiplies the gradient: what GradScaler::scale does to backward.
+  CHECK((layer_math::cross_entropy_backward<double>(z, y, 1024.0) - 1024.0 * d).norm() < 1e-12);
+  CHECK_THROWS_WITH_AS(layer_math::cross_entropy_forward<double>(z, {0, 1, 2, 3, 4, 5}),
+                       "cross_entropy: target 5 is out of bounds (classes 0..4)", std::invalid_argument);
+  CHECK_THROWS_AS(layer_math::cross_entropy_forward<double>(z, {0, 1}), std::invalid_argument);
+}
+
+TEST_CASE("MSE: value and gradient by finite differences") {
+  MatD p = randn(4, 3, 8), t = randn(4, 3, 9);
+  const auto loss = [&] { return layer_math::mse_forward<double>(p, t); };
+  CHECK(loss() == doctest::Approx((p - t).array().square().mean()).epsilon(1e-15));
+  CHECK(rel_err(layer_math::mse_backward<double>(p, t, 1.0), numeric_grad(loss, p)) < kTol);
+  CHECK_THROWS_AS(layer_math::mse_forward<double>(p, randn(3, 3, 1)), std::invalid_argument);
+}
+
+TEST_CASE("a Linear-GELU-Linear-ReLU-Linear-CE chain: backward composes (FP64)") {
+  MatD x = randn(8, 5, 10), w1 = randn(6, 5, 11, 0.5), b1 = randn(1, 6, 12, 0.1);
+  MatD w2 = randn(7, 6, 13, 0.5), b2 = randn(1, 7, 14, 0.1), w3 = randn(3, 7, 15, 0.5), b3 = randn(1, 3, 16, 0.1);
+  const std::vector<int> y{0, 1, 2, 0, 1, 2, 2, 1};
+  const auto gelu = GeluApproximation::none;
+  struct Fwd { MatD z1, a1, z2, a2, z3; };
+  const auto forward = [&] {
+    Fwd f;
+    f.z1 = layer_math::linear_forward<double>(x, w1, b1);
+    f.a1 = layer_math::gelu_forward<double>(f.z1, gelu);
+    f.z2 = layer_math::linear_forward<double>(f.a1, w2, b2);
+    f.a2 = layer_math::relu_forward<double>(f.z2);
+    f.z3 = layer_math::linear_forward<double>(f.a2, w3, b3);
+    return f;
+  };
+  const auto loss = [&] { return layer_math::cross_entropy_forward<double>(forward().z3, y); };
+  const Fwd f = forward();
+  // This draw keeps every ReLU input away from its kink.
+  REQUIRE(f.z2.cwiseAbs().minCoeff() > 1e-4);
+  const MatD dz3 = layer_math::cross_entropy_backward<double>(f.z3, y, 1.0);
+  const auto g3 = layer_math::linear_backward<double>(f.a2, w3, dz3);
+  const MatD dz2 = layer_math::relu_backward<double>(f.a2, g3.dx);
+  const auto g2 = layer_math::linear_backward<double>(f.a1, w2, dz2);
+  const MatD dz1 = layer_math::gelu_backward<double>(f.z1, g2.dx, gelu);
+  const auto g1 = layer_math::linear_backward<double>(x, w1, dz1);
+  CHECK(rel_err(g1.dw, numeric_grad(loss, w1)) < kTol);
+  CHECK(rel_err(g1.db, numeric_grad(loss, b1)) < kTol);
+  CHECK(rel_err(g2.dw, numeric_grad(loss, w2)) < kTol);
+  CHECK(rel_err(g3.db, numeric_grad(loss, b3)) < kTol);
+  CHECK(rel_err(g1.dx, numeric_grad(loss, x)) < kTol);
+}
+
+// --- the mixed-precision layers run those formulas, rounded where a GPU rounds ------
+
+TEST_CASE("parameters: FP32 master, rounded 2-byte model copy, FP32 grad") {
+  const MatrixF init = randn(3, 4, 20).cast<float>() * 0.1f;
+  const Parameter p16 = make_parameter("w", init, Precision::fp16);
+  CHECK(p16.master == init);
+  CHECK(p16.grad.isZero(0));
+  CHECK(p16.grad.rows() == 3);
+  CHECK(model_precision(p16) == Precision::fp16);
+  CHECK(p16.model_bf16.size() == 0);
+  CHECK(same_bits(model_copy(p16).to_fp32(), rounded(init, Precision::fp16)));
+  const Parameter p32 = make_parameter("w", init, Precision::fp32);
+  CHECK(model_precision(p32) == Precision::fp32);
+  CHECK(p32.model_fp16.size() == 0);
+  Parameter pb = make_parameter("w", init, Precision::bf16);
+  pb.master.array() += 1.0f;
+  refresh_model_copy(pb);
+  CHECK(same_bits(model_copy(pb).to_fp32(), rounded(pb.master, Precision::bf16)));
+}
+
+TEST_CASE("linear_forward/backward: fp32 is layer_math<float>, bit for bit") {
+  const MatrixF x = randn(6, 5, 30).cast<float>(), w = randn(4, 5, 31).cast<float>(),
+                b = randn(1, 4, 32).cast<float>(), dy = randn(6, 4, 33).cast<float>();
+  Parameter weight = make_parameter("fc.weight", w, Precision::fp32);
+  Parameter bias = make_parameter("fc.bias", b, Precision::fp32);
+  const Tensor xt = Tensor::from_fp32(x, Precision::fp32);
+  CHECK(same_bits(linear_forward(xt, weight, bias).to_fp32(), layer_math::linear_forward<float>(x, w, b)));
+  const auto g = layer_math::linear_backward<float>(x, w, dy);
+  const Tensor dx = linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias);
+  CHECK(same_bits(dx.to_fp32(), g.dx));
+  CHECK(same_bits(weight.grad, g.dw));
+  CHECK(same_bits(bias.grad, g.db));
+  // Gradients accumulate, as PyTorch's .grad does, until zero_grad.
+  linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias, false);
+  CHECK(same_bits(weight.grad, MatrixF(2.0f * g.dw)));
+  // want_dx = false (the first layer) gives an empty tensor.
+  CHECK(linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias, false).size() == 0);
+}
+
+TEST_CASE("linear in fp16/bf16: widen exactly, FP32 math, one rounding per output") {
+  const MatrixF x = randn(6, 5, 40).cast<float>(), w = randn(4, 5, 41).cast<float>(),
+                b = randn(1, 4, 42).cast<float>(), dy = randn(6, 4, 43).cast<float>();
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    CAPTURE(precision_name(p));
+    Parameter weight = make_parameter("fc.weight", w, p), bias = make_parameter("fc.bias", b, p);
+    const Tensor xt = Tensor::from_fp32(x, p), dyt = Tensor::from_fp32(dy, p);
+    const MatrixF xs = xt.to_fp32(), ws = model_copy(weight).to_fp32(), bs = model_copy(bias).to_fp32(),
+                  dys = dyt.to_fp32();
+    const Tensor y = linear_forward(xt, weight, bias);
+    CHECK(y.precision() == p);
+    CHECK(same_bits(y.to_fp32(), rounded(layer_math::linear_forward<float>(xs, ws, bs), p)));
+    const Tensor dx = linear_backward(xt, dyt, weight, bias);
+    const auto g = layer_math::linear_backward<float>(xs, ws, dys);
+    CHECK(dx.precision() == p);
+    CHECK(same_bits(dx.to_fp32(), rounded(g.dx, p)));
+    // The weight gradient is the low-precision one, widened into FP32.
+    CHECK(same_bits(weight.grad, rounded(g.dw, p)));
+    CHECK(same_bits(bias.grad, rounded(g.db, p)));
+  }
+}
+
+TEST_CASE("fp16 weight gradients below 2^-25 are zero; in fp32 they are not") {
+  // dy = 2^-20 (an fp16 subnormal), x = 2^-10: dW = Σ_B dy·x = 4·2^-30 = 2^-28,
+  // below half of fp16's smallest subnormal 2^-24 — it rounds to 0.
+  const MatrixF x = MatrixF::Constant(4, 3, 0x1.0p-10f), dy = MatrixF::Constant(4, 2, 0x1.0p-20f);
+  for (Precision p : {Precision::fp32, Precision::fp16}) {
+    Parameter w = make_parameter("w", MatrixF::Ones(2, 3), p), b = make_parameter("b", MatrixF::Zero(1, 2), p);
+    const Tensor dyt = Tensor::from_fp32(dy, p);
+    CHECK(dyt.value(0, 0) == 0x1.0p-20f);  // dy itself survives
+    linear_backward(Tensor::from_fp32(x, p), dyt, w, b);
+    if (p == Precision::fp16) CHECK(w.grad.isZero(0));
+    else CHECK(w.grad(0, 0) == 0x1.0p-28f);
+    CHECK(b.grad(0, 0) == 0x1.0p-18f);  // Σ dy = 2^-18 is representable in both
+  }
+}
+
+TEST_CASE("layer operands must share the run's precision") {
+  Parameter w = make_parameter("fc1.weight", MatrixF::Ones(2, 3), Precision::bf16);
+  Parameter b = make_parameter("fc1.bias", MatrixF::Zero(1, 2), Precision::bf16);
+  const Tensor x(Precision::fp16, 4, 3);
+  CHECK_THROWS_WITH_AS(linear_forward(x, w, b), doctest::Contains("fc1.weight is bf16 but the layer computes in fp16"),
+                       std::invalid_argument);
+  const Tensor xb(Precision::bf16, 4, 5);
+  CHECK_THROWS_WITH_AS(linear_forward(xb, w, b), doctest::Contains("fc1.weight is 2x3, expected 2x5"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("activations and losses: FP32 math on widened values, stored in the tensor's precision") {
+  const MatrixF z = randn(5, 6, 50, 2.0).cast<float>(), dy = randn(5, 6, 51).cast<float>();
+  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
+    CAPTURE(precision_name(p));
+    const Tensor zt = Tensor::from_fp32(z, p), dyt = Tensor::from_fp32(dy, p);
+    const MatrixF zs = zt.to_fp32(), dys = dyt.to_fp32();
+    const Tensor a = relu_forward(zt);
+    CHECK(same_bits(a.to_fp32(), layer_math::relu_forward<float>(zs)));  // exact: no rounding needed
+    CHECK(same_bits(relu_backward(a, dyt).to_fp32(), layer_math::relu_backward<float>(zs, dys)));
+    for (GeluApproximation k : {GeluApproximation::none, GeluApproximation::tanh}) {
+      CHECK(same_bits(gelu_forward(zt, k).to_fp32(), rounded(layer_math::gelu_forward<float>(zs, k), p)));
+      CHECK(same_bits(gelu_backward(zt, dyt, k).to_fp32(),
+                      rounded(layer_math::gelu_backward<float>(zs, dys, k), p)));
+    }
+    const std::vector<int> y{0, 5, 2, 3, 1};
+    CHECK(cross_entropy_loss(zt, y) == layer_math::cross_entropy_forward<float>(zs, y));
+    const Tensor d = cross_entropy_backward(zt, y, 256.0f);
+    CHECK(d.precision() == p);
+    CHECK(same_bits(d.to_fp32(), rounded(layer_math::cross_entropy_backward<float>(zs, y, 256.0f), p)));
+    const MatrixF target = MatrixF::Constant(5, 6, 0.25f);
+    CHECK(mse_loss(zt, target) == layer_math::mse_forward<float>(zs, target));
+    CHECK(same_bits(mse_backward(zt, target, 2.0f).to_fp32(),
+                    rounded(layer_math::mse_backward<float>(zs, target, 2.0f), p)));
+  }
+}
+
+TEST_CASE("cross-entropy gradients flush to zero in fp16 unless the loss is scaled") {
+  // A confident, correct prediction: softmax − onehot is ~1e-9 off the label.
+  MatrixF z(1, 3);
+  z << 20.0f, 0.0f, 0.0f;
+  const Tensor z16 = Tensor::from_fp32(z, Precision::fp16);
+  const MatrixF plain = cross_entropy_backward(z16, {0}).to_fp32();
+  CHECK(plain(0, 1) == 0.0f);  // e^-20 ≈ 2.1e-9 < 2^-25: lost
+  const MatrixF scaled = cross_entropy_backward(z16, {0}, 65536.0f).to_fp32();
+  CHECK(scaled(0, 1) > 0.0f);  // 2^16·2.1e-9 ≈ 1.4e-4: kept
+  CHECK(scaled(0, 1) / 65536.0f == doctest::Approx(std::exp(-20.0) / (1 + 2 * std::exp(-20.0))).epsilon(1e-3));
+}
+
+TEST_CASE("accuracy: argmax against labels") {
+  MatrixF z(3, 2);
+  z << 1, 2, 3, 0, 5, 5;
+  CHECK(accuracy(Tensor::from_fp32(z, Precision::fp16), {1, 0, 0}) == 1.0);
+  CHECK(accuracy(Tensor::from_fp32(z, Precision::fp32), {0, 0, 1}) == doctest::Approx(1.0 / 3));
+}
