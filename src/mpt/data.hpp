@@ -128,7 +128,7 @@ class DataFileMissing : public std::runtime_error {
 
 /// Where the real data sets live: $MPT_DATA_DIR when set and non-empty,
 /// else the build's data directory (MPT_DATA_DIR at configure time,
-/// default <build>/data), else "data".
+/// default `BUILD_DIR/data`), else "data".
 std::string default_data_dir();
 /// default_data_dir() + "/digits.csv.gz".
 std::string digits_path();

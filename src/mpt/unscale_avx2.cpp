@@ -53,6 +53,7 @@ inline __m256i unscale_check_masked(float* g, std::size_t count, __m256 s) {
 
 }  // namespace
 
+/// AVX2 version of unscale_and_check(g, n, inv_scale): same bits, same verdict.
 bool unscale_and_check_avx2(float* g, std::size_t n, float inv_scale) {
   // inv_scale == 1: the per-element function writes nothing, so neither do we.
   if (inv_scale == 1.0f) return any_nonfinite_avx2(g, n);
@@ -80,6 +81,7 @@ bool unscale_and_check_avx2(float* g, std::size_t n, float inv_scale) {
   return !_mm256_testz_si256(bad, bad);
 }
 
+/// AVX2 version of the two-pass baseline's first pass (multiply only).
 void unscale_avx2(float* g, std::size_t n, float inv_scale) {
   if (inv_scale == 1.0f) return;
   const __m256 s = _mm256_set1_ps(inv_scale);
@@ -93,6 +95,7 @@ void unscale_avx2(float* g, std::size_t n, float inv_scale) {
   if (i < n) (void)unscale_check_masked(g + i, n - i, s);
 }
 
+/// AVX2 version of the two-pass baseline's second pass (inf/NaN anywhere?).
 bool any_nonfinite_avx2(const float* g, std::size_t n) {
   std::size_t i = 0;
   // Blocks of 1024 floats (4 KiB) between tests: the hot loop has no
