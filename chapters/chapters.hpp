@@ -15,4 +15,10 @@ namespace mpt {
 /// sums, gradient underflow, fp16 against bf16.
 void register_chapter01_pitfalls(Registry& registry);
 
+/// Chapter 02 (loss scaling and FP32 master weights): no loss scaling, a
+/// static scale that overflows, update() forgotten, clipping before unscale,
+/// unscaling during gradient accumulation, fp16 weights without masters, the
+/// iterations skipped from the initial scale, Adam's eps in fp16.
+void register_chapter02_pitfalls(Registry& registry);
+
 }  // namespace mpt

@@ -13,6 +13,7 @@ const Registry& pitfall_registry() {
   static const Registry registry = [] {
     Registry r;
     register_chapter01_pitfalls(r);
+    register_chapter02_pitfalls(r);
     return r;
   }();
   return registry;

@@ -22,6 +22,9 @@
 #     by hand) or among the diagrams mpt_diagrams draws (DOTFILE_DIRS).
 #   - headings lose their backticks (Doxygen 1.9 prints a code span in a
 #     heading as a literal <tt> tag).
+#   - a picture on a line of its own, ![caption](generated/NAME.svg), becomes
+#     \image html NAME.svg "caption"; the fresh generated/ files of every
+#     chapter are copied to PAGES_DIR/images, which is on IMAGE_PATH.
 # Fenced code blocks (the demo output) are copied untouched.
 set -euo pipefail
 
@@ -51,6 +54,11 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
     mkdir -p "$copy"
     cp "$chapter/README.md" "$copy/README.md"
   fi
+
+  mkdir -p "$pages/images"
+  for img in "$copy"/generated/*.svg "$copy"/generated/*.png; do
+    cp "$img" "$pages/images/"
+  done
 
   awk -v id="ch$nn" '
     # rewrite the (target) of every markdown link on a line of prose
@@ -93,6 +101,13 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       sub(/^<!-- diagram: /, "", line)
       sub(/ -->[ \t]*$/, "", line)
       print "\\dotfile " line
+      next
+    }
+    /^!\[[^]]*\]\(generated\/[^)\/]+\)[ \t]*$/ {
+      caption = $0; sub(/^!\[/, "", caption); sub(/\]\(.*$/, "", caption)
+      gsub(/"/, "\\\"", caption)
+      file = $0; sub(/^.*\(generated\//, "", file); sub(/\).*$/, "", file)
+      print "\\image html " file " \"" caption "\""
       next
     }
     { print relink($0) }

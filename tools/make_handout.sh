@@ -5,12 +5,13 @@
 #
 #   tools/make_handout.sh [--force] [--tar] CHAPTER OUT_DIR
 #
-#   CHAPTER   chapter number: 01 or 1
+#   CHAPTER   chapter number: 01 or 1, 02 or 2, ...
 #   OUT_DIR   the handout folder to create; it must not exist yet (or be
 #             empty), unless --force replaces an earlier handout there
 #   --tar     also write OUT_DIR.tar.gz
 #
-# Only files named in the manifest are copied. The result is then checked
+# Only files named in the manifest are copied (the exercise kit that every
+# chapter's grader shares, chapters/exercises/, is listed there too). The result is then checked
 # for solution code: no shipped file may contain a line of the chapter's
 # exercises/solution/ sources (30 characters or longer, other than the
 # signatures the stubs repeat) or the marker MPT-REFERENCE-SOLUTION. If it does, the handout is deleted and the exit
@@ -116,14 +117,16 @@ done
 commit="unknown (not a git checkout)"
 if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
   commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-  if [[ -n $(git -C "$root" status --porcelain -- "$chapter_dir" 2>/dev/null) ]]; then
-    commit="$commit, with uncommitted changes in ${chapter_dir#"$root"/}"
-  fi
+  for d in "$chapter_dir" "$root/chapters/exercises"; do  # the chapter, and the kit it ships
+    if [[ -n $(git -C "$root" status --porcelain -- "$d" 2>/dev/null) ]]; then
+      commit="$commit, with uncommitted changes in ${d#"$root"/}"
+    fi
+  done
 fi
 {
   echo "Chapter $nn exercises: student handout."
   echo "Made by tools/make_handout.sh from mpt commit $commit."
-  echo "Edit ex01.cpp; README.md says how to build and grade."
+  echo "Edit ex$nn.cpp; README.md says how to build and grade."
 } > "$out/HANDOUT-INFO.txt"
 
 # --- no solution code may leave ------------------------------------------------
@@ -163,4 +166,4 @@ fi
 
 echo "handout for chapter $nn in $out ($(find "$out" -type f | wc -l) files; no solution code)"
 [[ $tar -eq 0 ]] || echo "archive: $out.tar.gz"
-echo "students: read README.md, edit ex01.cpp, build with cmake (README.md says how)"
+echo "students: read README.md, edit ex$nn.cpp, build with cmake (README.md says how)"

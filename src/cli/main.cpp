@@ -295,10 +295,28 @@ int cmd_range(const std::string& format_name, const std::string& svg_path) {
   return 0;
 }
 
-int cmd_pitfalls() {
+/// The registered pitfalls of one chapter, or all of them for chapter 0.
+/// A chapter without pitfalls is a usage error naming the chapters that have some.
+std::vector<const mpt::Pitfall*> pitfalls_of_chapter(int chapter) {
+  std::vector<const mpt::Pitfall*> out;
+  std::vector<int> chapters;
+  for (const mpt::Pitfall& p : mpt::pitfall_registry().all()) {
+    if (chapters.empty() || chapters.back() != p.chapter) chapters.push_back(p.chapter);
+    if (chapter == 0 || p.chapter == chapter) out.push_back(&p);
+  }
+  if (out.empty()) {
+    std::string valid;
+    for (int c : chapters) valid += (valid.empty() ? "" : ", ") + std::to_string(c);
+    throw UsageError("--chapter " + std::to_string(chapter) +
+                     ": no pitfalls registered for that chapter; chapters with pitfalls: " + valid);
+  }
+  return out;
+}
+
+int cmd_pitfalls(int chapter) {
   std::vector<std::vector<std::string>> rows = {{"id", "chapter", "title"}};
-  for (const mpt::Pitfall& p : mpt::pitfall_registry().all())
-    rows.push_back({p.id, std::to_string(p.chapter), p.title});
+  for (const mpt::Pitfall* p : pitfalls_of_chapter(chapter))
+    rows.push_back({p->id, std::to_string(p->chapter), p->title});
   std::cout << table(rows, "lrl");
   std::cout << "\nrun one: mpt pitfall ID    run all: mpt tour\n";
   return 0;
@@ -400,13 +418,13 @@ int cmd_pitfall(const std::string& id, bool json) {
   return v.reproduced() ? 0 : 1;
 }
 
-int cmd_tour(bool json) {
-  const auto& all = mpt::pitfall_registry().all();
+int cmd_tour(bool json, int chapter) {
+  const std::vector<const mpt::Pitfall*> all = pitfalls_of_chapter(chapter);
   std::vector<mpt::Verdict> verdicts;
   for (std::size_t i = 0; i < all.size(); ++i) {
-    std::cerr << "[" << i + 1 << "/" << all.size() << "] " << all[i].id << " ... " << std::flush;
+    std::cerr << "[" << i + 1 << "/" << all.size() << "] " << all[i]->id << " ... " << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
-    verdicts.push_back(mpt::run_pitfall(all[i]));
+    verdicts.push_back(mpt::run_pitfall(*all[i]));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f s", s);
@@ -713,6 +731,8 @@ int main(int argc, char** argv) {
 
   // pitfalls, pitfall, tour
   auto* pitfalls = app.add_subcommand("pitfalls", "List the registered pitfalls: id, chapter, title");
+  int pitfalls_chapter = 0;
+  pitfalls->add_option("--chapter", pitfalls_chapter, "only this chapter's pitfalls (default: all)");
   std::string pitfall_id;
   bool pitfall_json = false;
   auto* pitfall = app.add_subcommand(
@@ -727,6 +747,8 @@ int main(int argc, char** argv) {
       "tour",
       "Run every registered pitfall (progress on stderr) and print a summary table. Exit status 1 "
       "if any pitfall failed to reproduce.");
+  int tour_chapter = 0;
+  tour->add_option("--chapter", tour_chapter, "only this chapter's pitfalls (default: all)");
   tour->add_flag("--json", tour_json,
                  "machine-readable output: {\"pitfalls\": [...], \"all_reproduced\": bool}; NaN/inf "
                  "outcome values are written as null");
@@ -792,9 +814,9 @@ int main(int argc, char** argv) {
     if (*explain) return cmd_explain(explain_value, explain_format);
     if (*round) return cmd_round(round_args);
     if (*range) return cmd_range(range_format, range_svg);
-    if (*pitfalls) return cmd_pitfalls();
+    if (*pitfalls) return cmd_pitfalls(pitfalls_chapter);
     if (*pitfall) return cmd_pitfall(pitfall_id, pitfall_json);
-    if (*tour) return cmd_tour(tour_json);
+    if (*tour) return cmd_tour(tour_json, tour_chapter);
     if (*simulate) return cmd_scaler_simulate(scaler_args);
   } catch (const UsageError& e) {
     std::cerr << "mpt: " << e.what() << "\n";

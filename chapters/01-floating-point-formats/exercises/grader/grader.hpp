@@ -1,7 +1,8 @@
 // Chapter 01 exercises — what every grader test file shares, instructors'
 // hidden tests included: the exercise list, the reference answers (the mpt
-// library is the oracle) and a collector of the first few wrong answers.
-// Depends on: doctest, ex01.hpp, mpt (format, rounding, range_classify).
+// library is the oracle); the kit's helpers (grader_kit.hpp: bits, printing,
+// the collector of the first few wrong answers) are brought in by name.
+// Depends on: doctest, grader_kit.hpp, ex01.hpp, mpt (format, rounding, range_classify).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "ex01.hpp"
+#include "grader_kit.hpp"
 #include "mpt/format.hpp"
 #include "mpt/range_classify.hpp"
 #include "mpt/round_element.hpp"
@@ -22,12 +24,10 @@ namespace mpt::ex01::grading {
 
 // ---- the exercises --------------------------------------------------------
 // A test case belongs to an exercise through its doctest test suite,
-// "exercise-" + id; each test case that passes is one point.
+// "exercise-" + id; each test case that passes is one point. The kit's
+// grader main (grader_main.cpp) reads this list as exercise_kit::kChapter.
 
-struct Exercise {
-  const char* id;     ///< "1.2": what --exercise takes
-  const char* title;  ///< one line for the score table
-};
+using exercise_kit::Exercise;
 
 inline constexpr Exercise kExercises[] = {
     {"1.1", "fp32 -> fp16 bits, round to nearest even"},
@@ -36,38 +36,17 @@ inline constexpr Exercise kExercises[] = {
 };
 
 // ---- bits and printing ----------------------------------------------------
+// bits_of, float_of and describe come from the kit; hex16 is this chapter's.
 
-inline std::uint32_t bits_of(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-inline float float_of(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
+using exercise_kit::bits_of;
+using exercise_kit::describe;
+using exercise_kit::float_of;
+using exercise_kit::Mismatches;
 
 /// "0x3c00"
 inline std::string hex16(std::uint32_t code) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "0x%04x", static_cast<unsigned>(code & 0xffffu));
-  return buf;
-}
-
-/// "1.00048828 (0x3f801000 = 0x1.002p+0)": decimal for people, bits and a
-/// hex float for checking by hand.
-inline std::string describe(float x) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%.9g (0x%08x = %a)", static_cast<double>(x),
-                static_cast<unsigned>(bits_of(x)), static_cast<double>(x));
-  return buf;
-}
-
-inline std::string describe(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
 }
 
@@ -139,34 +118,10 @@ inline std::size_t reference_flushed_count(const float* x, std::size_t n, const 
   return count;
 }
 
-// ---- reporting ------------------------------------------------------------
-
-/// Collects wrong answers over a sweep and reports how many there were and
-/// the first few (a sweep over 65536 codes must not print 65536 lines).
-class Mismatches {
- public:
-  explicit Mismatches(std::size_t shown = 6) : shown_(shown) {}
-
-  void checked() { ++checked_; }
-  /// Counts a wrong answer; true when it is one of the first few, whose
-  /// description should follow with detail(). Sweeps use this pair so that
-  /// a wrong implementation does not pay for 65536 messages nobody reads.
-  bool wrong() { return ++wrong_ <= shown_; }
-  void detail(const std::string& what) { first_ += "\n    " + what; }
-  void add(const std::string& what) {
-    if (wrong()) detail(what);
-  }
-  bool none() const { return wrong_ == 0; }
-  std::string report() const {
-    return std::to_string(wrong_) + " of " + std::to_string(checked_) + " cases wrong; the first " +
-           std::to_string(wrong_ < shown_ ? wrong_ : shown_) + ":" + first_;
-  }
-
- private:
-  std::size_t shown_;
-  std::size_t checked_ = 0;
-  std::size_t wrong_ = 0;
-  std::string first_;
-};
-
 }  // namespace mpt::ex01::grading
+
+namespace mpt::exercise_kit {
+/// What the kit's grader main grades: Chapter 1 and its exercises.
+inline constexpr Chapter kChapter{1, mpt::ex01::grading::kExercises,
+                                  sizeof mpt::ex01::grading::kExercises / sizeof(Exercise)};
+}  // namespace mpt::exercise_kit

@@ -1,5 +1,6 @@
-# Chapter 01 exercises — CI's proof that the grader grades: runs one grader
-# variant and checks its printed score. Depends on: nothing but CMake.
+# Exercise kit (every chapter) — CI's proof that a grader grades: runs one
+# grader variant and checks its printed score. Depends on: nothing but CMake.
+# Used by checks.cmake and check_handout.sh; never shipped.
 
 #   cmake -DGRADER=exe -DEXPECT=none|full|below|partial [-DARGS=a;b]
 #         [-DONLY=1.2] [-DNOT_IMPLEMENTED=ON] [-DREQUIRE_REGEX=re] -P check_grader.cmake

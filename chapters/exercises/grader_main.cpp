@@ -1,9 +1,12 @@
-// Chapter 01 exercises — the grader's main(): runs the doctest test cases,
-// scores one point per test case passed, prints points per exercise and a
-// total, and lets a student run one exercise (--exercise 1.2).
-// Depends on: doctest, grader.hpp (the exercise list).
+// Exercise kit (every chapter) — the grader's main(): runs the doctest test
+// cases, scores one point per test case passed, prints points per exercise
+// and a total, and lets a student run one exercise (--exercise N.M).
+// Depends on: doctest, grader_kit.hpp, and the chapter's grader/grader.hpp,
+// which defines the exercise list mpt::exercise_kit::kChapter.
+// Shipped in every handout as grader/grader_main.cpp.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include "grader.hpp"
+#include "grader.hpp"  // this chapter's: kChapter
+#include "grader_kit.hpp"
 
 #include <cstdio>
 #include <cstring>
@@ -13,7 +16,22 @@
 
 namespace {
 
-using mpt::ex01::grading::kExercises;
+using mpt::exercise_kit::Exercise;
+using mpt::exercise_kit::kChapter;
+
+// The chapter's exercises, for range-for.
+struct ExerciseList {
+  const Exercise* begin() const { return kChapter.exercises; }
+  const Exercise* end() const { return kChapter.exercises + kChapter.count; }
+};
+constexpr ExerciseList kExercises{};
+
+// "grader_ch02", the executable's name in messages.
+std::string grader_name() {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "grader_ch%02d", kChapter.number);
+  return buf;
+}
 
 constexpr const char* kSuitePrefix = "exercise-";
 
@@ -97,7 +115,7 @@ REGISTER_LISTENER("points", 1, PointsListener);
 bool print_scores() {
   int total = 0;
   int total_max = 0;
-  std::printf("\n==== grade: chapter 1 exercises (1 point per test case passed) ====\n");
+  std::printf("\n==== grade: chapter %d exercises (1 point per test case passed) ====\n", kChapter.number);
   for (const auto& [suite, s] : scores().by_suite) {
     const std::string id = exercise_id(suite);
     int points = 0;
@@ -120,9 +138,10 @@ bool print_scores() {
 }
 
 void print_usage_extra() {
-  std::printf("grader_ch01: the Chapter 1 exercise grader.\n"
+  std::printf("%s: the Chapter %d exercise grader.\n"
               "  --exercise N.M   run only exercise N.M (may be repeated); same as -ts=exercise-N.M\n"
-              "  exercises:");
+              "  exercises:",
+              grader_name().c_str(), kChapter.number);
   for (const auto& e : kExercises) std::printf(" %s", e.id);
   std::printf("\n  Every doctest option works too, e.g. -ltc to list the test cases, "
               "-tc=\"*ties*\" to run matching ones.\n\n");
@@ -138,7 +157,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--exercise" || a == "-e") {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "grader_ch01: --exercise needs a value, e.g. --exercise 1.2\n");
+        std::fprintf(stderr, "%s: --exercise needs a value, e.g. --exercise %s\n", grader_name().c_str(),
+                     kChapter.count > 0 ? kChapter.exercises[0].id : "N.M");
         return 2;
       }
       chosen.push_back(argv[++i]);
@@ -155,7 +175,8 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const auto& e : kExercises) known = known || id == e.id;
     if (!known) {
-      std::fprintf(stderr, "grader_ch01: unknown exercise '%s'; valid: %s\n", id.c_str(), valid.c_str());
+      std::fprintf(stderr, "%s: unknown exercise '%s'; valid: %s\n", grader_name().c_str(), id.c_str(),
+                   valid.c_str());
       return 2;
     }
   }

@@ -1,0 +1,101 @@
+// Chapter 02 — loss scaling and FP32 master weights: what the chapter's two
+// programs share (pitfalls.cpp and numbers.cpp; nothing outside this folder).
+// Depends on: the Chapter 2 training stack (mpt/data.hpp, mlp.hpp, optim.hpp).
+//
+// The batching, the blobs classification set, and the tiny-target regression
+// run that the pitfall no-loss-scaling trains and that numbers.cpp's paper
+// figure collects its activation gradients from: one definition, so the
+// figure shows the gradients of exactly the run the pitfall compares with. Everything is in an
+// unnamed namespace: private to each program that includes it.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "mpt/data.hpp"
+#include "mpt/mlp.hpp"
+#include "mpt/optim.hpp"
+
+namespace mpt {
+namespace {
+
+/// Mini-batches drawn from a fresh seeded permutation each epoch, so every
+/// run with the same seed sees the same batches in the same order.
+class Batches {
+ public:
+  Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed)
+      : data_(&d), batch_(batch), seed_(seed) {}
+  Dataset next() {
+    if (order_.empty() || pos_ + batch_ > data_->size()) {
+      order_ = shuffled_indices(data_->size(), seed_ + epoch_++);
+      pos_ = 0;
+    }
+    std::vector<Eigen::Index> idx(order_.begin() + pos_, order_.begin() + pos_ + batch_);
+    pos_ += batch_;
+    return data_->rows(idx);
+  }
+
+ private:
+  const Dataset* data_;
+  Eigen::Index batch_, pos_ = 0;
+  std::uint64_t seed_, epoch_ = 0;
+  std::vector<Eigen::Index> order_;
+};
+constexpr std::uint64_t kBatchSeed = 1234;
+
+inline MlpConfig mlp_config(std::vector<int> sizes, Precision p, std::uint64_t seed) {
+  MlpConfig c;
+  c.sizes = std::move(sizes);
+  c.precision = p;
+  c.seed = seed;
+  return c;
+}
+
+// --- the tiny-target run ----------------------------------------------------
+
+constexpr int kTinyTargetSteps = 200;
+constexpr Eigen::Index kTinyTargetBatch = 128;
+constexpr double kTinyTargetLr = 3e-4;
+
+/// The regression built for gradient underflow (data.hpp): targets of size
+/// 1e-3 from a random teacher network, 512 samples.
+inline const Dataset& tiny_targets() {
+  static const Dataset d = make_tiny_target_regression();
+  return d;
+}
+/// Mean squared target: the MSE of predicting zero, to make losses relative.
+inline double target_power(const Dataset& d) { return d.targets.cast<double>().array().square().mean(); }
+
+/// MLP 8-32-32-4 (ReLU) whose output layer starts at zero, so the output
+/// starts at the targets' scale (data.hpp explains the choice).
+inline Mlp tiny_target_net(Precision p) {
+  MlpConfig c = mlp_config({8, 32, 32, 4}, p, 3);
+  c.zero_init_output = true;
+  return Mlp(c);
+}
+/// AdamW (its update does not depend on the gradients' size, so FP32 trains
+/// these tiny targets as it would large ones), no weight decay.
+inline AdamW tiny_target_adam(Mlp& net) {
+  AdamWOptions o;
+  o.lr = kTinyTargetLr;
+  o.weight_decay = 0.0;
+  return AdamW(net.parameters(), o);
+}
+
+// --- the blobs -------------------------------------------------------------------
+
+/// Gaussian blobs, 4 classes in 8 dimensions, split 768 / 256.
+inline const Split& blobs() {
+  static const Split s = [] {
+    BlobsOptions o;
+    o.samples = 1024;
+    return train_test_split(make_blobs(o), 0.25, 5);
+  }();
+  return s;
+}
+const std::vector<int> kBlobsNet = {8, 32, 32, 4};
+constexpr std::uint64_t kBlobsSeed = 7;
+
+}  // namespace
+}  // namespace mpt
