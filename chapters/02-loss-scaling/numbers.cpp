@@ -73,18 +73,10 @@ bool same_bits(float a, float b) {
 int chain_rule() {
   const float scale = GradScaler::Options{}.init_scale;
   constexpr int kSteps = kTinyTargetSteps / 2;
-  Mlp trained = tiny_target_net(Precision::fp32);
-  AdamW opt = tiny_target_adam(trained);
-  Batches tiny_batches(tiny_targets(), kTinyTargetBatch, kBatchSeed);
-  for (int step = 0; step < kSteps; ++step) {
-    const Dataset b = tiny_batches.next();
-    const Tensor& out = trained.forward(b.x);
-    opt.zero_grad();
-    trained.backward(mse_backward(out, b.targets));
-    opt.step();
-    trained.refresh_model_copies();
-  }
-  const Dataset tiny_batch = tiny_batches.next();
+  TinyTargetRun tiny(Precision::fp32);
+  for (int step = 0; step < kSteps; ++step) plain_step(tiny.net, tiny.opt, tiny.batches);
+  Mlp& trained = tiny.net;
+  const Dataset tiny_batch = tiny.batches.next();
   const Dataset blobs_batch = Batches(blobs().train, 64, kBatchSeed).next();
 
   std::printf("one backward pass, once from the loss (dloss = 1) and once from S * loss (dloss = S\n"
@@ -117,7 +109,7 @@ int chain_rule() {
     const auto backward = [&](Mlp& net, float dloss) {
       const Dataset& b = run.tiny ? tiny_batch : blobs_batch;
       const Tensor& out = net.forward(b.x);
-      net.backward(run.tiny ? mse_backward(out, b.targets, dloss) : cross_entropy_backward(out, b.labels, dloss));
+      net.backward(batch_loss_backward(out, b, dloss));
     };
     backward(plain, 1.0f);
     backward(scaled, scale);
@@ -226,22 +218,15 @@ int memory() {
 // Mlp::activation_gradients() at every step, against fp16's range, before
 // and after multiplying by a loss scale.
 int figure(const std::string& dir) {
-  Mlp net = tiny_target_net(Precision::fp32);
-  AdamW opt = tiny_target_adam(net);
-  Batches batches(tiny_targets(), kTinyTargetBatch, kBatchSeed);
+  TinyTargetRun run(Precision::fp32);
   std::vector<float> g;
-  for (int step = 0; step < kTinyTargetSteps; ++step) {
-    const Dataset b = batches.next();
-    const Tensor& out = net.forward(b.x);
-    opt.zero_grad();
-    net.backward(mse_backward(out, b.targets));
-    for (const Tensor& t : net.activation_gradients()) {
-      const MatrixF v = t.to_fp32();
-      g.insert(g.end(), v.data(), v.data() + v.size());
-    }
-    opt.step();
-    net.refresh_model_copies();
-  }
+  for (int step = 0; step < kTinyTargetSteps; ++step)
+    plain_step(run.net, run.opt, run.batches, [&] {
+      for (const Tensor& t : run.net.activation_gradients()) {
+        const MatrixF v = t.to_fp32();
+        g.insert(g.end(), v.data(), v.data() + v.size());
+      }
+    });
   const double n = static_cast<double>(g.size());
   std::vector<float> mags;
   for (float v : g)
@@ -333,11 +318,7 @@ int adam_eps() {
     for (int step = 1; step <= 100; ++step) {
       std::vector<MatrixF> before;
       for (Parameter* p : net.parameters()) before.push_back(p->master);
-      const Dataset b = batches.next();
-      const Tensor& out = net.forward(b.x);
-      (void)scaler.scale(cross_entropy_loss(out, b.labels));
-      opt.zero_grad();
-      net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
+      scaled_backward(net, opt, batches, scaler);
       const bool stepped = scaler.step(opt);
       scaler.update();
       net.refresh_model_copies();
@@ -470,24 +451,18 @@ void claim_bf16() {
   std::printf("  the pitfall no-loss-scaling's run, without a scale, in three precisions:\n");
   std::printf("    %-6s %22s %16s\n", "", "activation grads = 0", "relative loss");
   for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
-    Mlp net = tiny_target_net(p);
-    AdamW opt = tiny_target_adam(net);
-    Batches batches(tiny_targets(), kTinyTargetBatch, kBatchSeed);
+    TinyTargetRun run(p);
     double zeros = 0, total = 0;
-    for (int step = 0; step < kTinyTargetSteps; ++step) {
-      const Dataset b = batches.next();
-      const Tensor& out = net.forward(b.x);
-      opt.zero_grad();
-      net.backward(mse_backward(out, b.targets));
-      for (const Tensor& t : net.activation_gradients()) {
-        const MatrixF v = t.to_fp32();
-        zeros += static_cast<double>((v.array() == 0.0f).count());
-        total += static_cast<double>(v.size());
-      }
-      opt.step();
-      net.refresh_model_copies();
-    }
-    const double loss = mse_loss(net.forward(tiny_targets().x), tiny_targets().targets) / target_power(tiny_targets());
+    for (int step = 0; step < kTinyTargetSteps; ++step)
+      plain_step(run.net, run.opt, run.batches, [&] {
+        for (const Tensor& t : run.net.activation_gradients()) {
+          const MatrixF v = t.to_fp32();
+          zeros += static_cast<double>((v.array() == 0.0f).count());
+          total += static_cast<double>(v.size());
+        }
+      });
+    const double loss =
+        mse_loss(run.net.forward(tiny_targets().x), tiny_targets().targets) / target_power(tiny_targets());
     std::printf("    %-6s %22s %16s\n", std::string(precision_name(p)).c_str(), pct(zeros / total).c_str(),
                 g6(loss).c_str());
   }

@@ -1,7 +1,8 @@
 // Chapter 02 — loss scaling and FP32 master weights: the chapter's pitfalls.
 // Depends on: the Chapter 2 training stack (mpt/mlp.hpp, layers.hpp, optim.hpp,
 // grad_scaler.hpp, data.hpp), Chapter 1 (format.hpp, rounding.hpp, pitfall.hpp),
-// training.hpp (batching and the runs shared with numbers.cpp), and
+// training.hpp (batching, the training steps, and the runs shared with
+// numbers.cpp), and
 // chapters.hpp (the declaration).
 //
 // Every run trains a small MLP on one of the synthetic sets of data.hpp (no
@@ -49,11 +50,7 @@ std::string pct(double fraction) {
   return buf;
 }
 
-/// The loss of one batch: cross-entropy for a classification set, MSE otherwise.
-float batch_loss(const Tensor& out, const Dataset& b) {
-  return b.is_classification() ? cross_entropy_loss(out, b.labels) : mse_loss(out, b.targets);
-}
-/// The loss over a whole set, one forward pass.
+/// The loss over a whole set, one forward pass (batch_loss: training.hpp).
 double set_loss(Mlp& net, const Dataset& d) { return batch_loss(net.forward(d.x), d); }
 double set_accuracy(Mlp& net, const Dataset& d) { return accuracy(net.forward(d.x), d.labels); }
 
@@ -162,7 +159,6 @@ bool within(double x, double target, double rel) { return std::fabs(x - target) 
 // flush to zero in fp16 and the hidden layers stop learning.
 
 constexpr int kUnderflowSteps = kTinyTargetSteps;
-constexpr Eigen::Index kUnderflowBatch = kTinyTargetBatch;
 constexpr double kUnderflowLr = kTinyTargetLr;
 
 /// What one tiny-target run measured.
@@ -170,33 +166,41 @@ struct UnderflowRun {
   double zero_fraction = 0, relative_loss = 0, fc1_change = 0, skipped = 0, scale = 1;
 };
 
-double fc1_change(const MatrixF& before, Mlp& net) {
-  return (net.parameters()[0]->master - before).norm() / before.norm();
+/// What every tiny-target run measures at its end: the final loss relative
+/// to the targets' power, and how far the first layer moved from `fc1` (its
+/// weights before the first step).
+void measure_end(UnderflowRun& r, Mlp& net, const MatrixF& fc1) {
+  r.relative_loss = set_loss(net, tiny_targets()) / target_power(tiny_targets());
+  r.fc1_change = (net.parameters()[0]->master - fc1).norm() / fc1.norm();
 }
 
-/// The FP32 baseline of the tiny-target runs (no scaling: FP32 holds these gradients).
-UnderflowRun tiny_target_fp32() {
-  Mlp net = tiny_target_net(Precision::fp32);
-  AdamW opt = tiny_target_adam(net);
-  Batches batches(tiny_targets(), kUnderflowBatch, kBatchSeed);
+/// A tiny-target run without loss scaling: in fp16 the broken run, in FP32
+/// the baseline of both runs (FP32 holds these gradients).
+UnderflowRun tiny_target_unscaled(Precision p) {
+  TinyTargetRun run(p);
+  Mlp& net = run.net;
+  AdamW& opt = run.opt;
   const MatrixF fc1 = net.parameters()[0]->master;
   UnderflowRun r;
+  //! [no-loss-scaling-broken]
+  // fp16 activations and gradients, FP32 master weights, no loss scaling:
+  // the backward pass starts from dloss = 1.
   for (int step = 0; step < kUnderflowSteps; ++step) {
-    const Dataset b = batches.next();
+    const Dataset b = run.batches.next();
     const Tensor& out = net.forward(b.x);
     opt.zero_grad();
-    net.backward(mse_backward(out, b.targets));
+    net.backward(mse_backward(out, b.targets));  // gradients stored in fp16
     r.zero_fraction += dense_zero_fraction(net.activation_gradients()) / kUnderflowSteps;
     opt.step();
     net.refresh_model_copies();
   }
-  r.relative_loss = set_loss(net, tiny_targets()) / target_power(tiny_targets());
-  r.fc1_change = fc1_change(fc1, net);
+  //! [no-loss-scaling-broken]
+  measure_end(r, net, fc1);
   return r;
 }
 
 RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
-  static const UnderflowRun base = tiny_target_fp32();  // deterministic: train it once
+  static const UnderflowRun base = tiny_target_unscaled(Precision::fp32);  // deterministic: train it once
   RunResult out;
   out.setup = std::move(setup);
   out.outcomes = {
@@ -226,33 +230,15 @@ RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
 }
 
 RunResult no_loss_scaling_broken() {
-  Mlp net = tiny_target_net(Precision::fp16);
-  AdamW opt = tiny_target_adam(net);
-  Batches batches(tiny_targets(), kUnderflowBatch, kBatchSeed);
-  const MatrixF fc1 = net.parameters()[0]->master;
-  UnderflowRun r;
-  //! [no-loss-scaling-broken]
-  // fp16 activations and gradients, FP32 master weights, no loss scaling:
-  // the backward pass starts from dloss = 1.
-  for (int step = 0; step < kUnderflowSteps; ++step) {
-    const Dataset b = batches.next();
-    const Tensor& out = net.forward(b.x);
-    opt.zero_grad();
-    net.backward(mse_backward(out, b.targets));  // gradients stored in fp16
-    r.zero_fraction += dense_zero_fraction(net.activation_gradients()) / kUnderflowSteps;
-    opt.step();
-    net.refresh_model_copies();
-  }
-  //! [no-loss-scaling-broken]
-  r.relative_loss = set_loss(net, tiny_targets()) / target_power(tiny_targets());
-  r.fc1_change = fc1_change(fc1, net);
-  return underflow_outcomes(r, "fp16 MLP 8-32-32-4 on the tiny-target regression, no loss scaling");
+  return underflow_outcomes(tiny_target_unscaled(Precision::fp16),
+                            "fp16 MLP 8-32-32-4 on the tiny-target regression, no loss scaling");
 }
 
 RunResult no_loss_scaling_fixed() {
-  Mlp net = tiny_target_net(Precision::fp16);
-  AdamW opt = tiny_target_adam(net);
-  Batches batches(tiny_targets(), kUnderflowBatch, kBatchSeed);
+  TinyTargetRun run(Precision::fp16);
+  Mlp& net = run.net;
+  AdamW& opt = run.opt;
+  Batches& batches = run.batches;
   const MatrixF fc1 = net.parameters()[0]->master;
   UnderflowRun r;
   //! [no-loss-scaling-fixed]
@@ -272,8 +258,7 @@ RunResult no_loss_scaling_fixed() {
   }
   //! [no-loss-scaling-fixed]
   r.scale = scaler.get_scale();
-  r.relative_loss = set_loss(net, tiny_targets()) / target_power(tiny_targets());
-  r.fc1_change = fc1_change(fc1, net);
+  measure_end(r, net, fc1);
   return underflow_outcomes(r, "the same fp16 run with a GradScaler (dynamic loss scaling)");
 }
 
@@ -293,15 +278,26 @@ struct StaticRun {
 /// The FP32 baseline: no scaling at all.
 double blobs_fp32_accuracy(double lr, int steps, Eigen::Index batch) {
   BlobsRun run(Precision::fp32, lr, batch);
-  for (int step = 0; step < steps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = run.net.forward(b.x);
-    run.opt.zero_grad();
-    run.net.backward(cross_entropy_backward(out, b.labels));
-    run.opt.step();
+  for (int step = 0; step < steps; ++step) plain_step(run.net, run.opt, run.batches);
+  return set_accuracy(run.net, blobs().test);
+}
+
+/// The loop of both runs: kStaticSteps loss-scaled steps, counting the steps
+/// whose scaled gradients overflowed. A StaticScaler's step() unscales and
+/// checks, then steps anyway; a GradScaler's skips such a step, and its
+/// update() then halves the scale.
+template <class Scaler>
+StaticRun static_scale_run(BlobsRun& run, Scaler& scaler) {
+  StaticRun r;
+  for (int step = 1; step <= kStaticSteps; ++step) {
+    scaled_backward(run.net, run.opt, run.batches, scaler);
+    r.skipped += !scaler.step(run.opt);
+    if (*scaler.found_inf(run.opt) && r.overflows++ == 0) r.first_overflow = step;
+    scaler.update();
     run.net.refresh_model_copies();
   }
-  return set_accuracy(run.net, blobs().test);
+  r.scale = scaler.get_scale();
+  return r;
 }
 
 RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) {
@@ -338,49 +334,25 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
 
 RunResult static_scale_broken() {
   BlobsRun run(Precision::fp16, kStaticLr, kStaticBatch);
-  Mlp& net = run.net;
-  SGD& opt = run.opt;
-  StaticRun r;
   //! [static-scale-too-large-broken]
   StaticScaler scaler(kStaticScale);  // constant scale; step() never skips
-  for (int step = 1; step <= kStaticSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(cross_entropy_loss(out, b.labels));
-    opt.zero_grad();
-    net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-    r.skipped += !scaler.step(opt);  // unscales and checks, then steps anyway
-    if (*scaler.found_inf(opt) && r.overflows++ == 0) r.first_overflow = step;
-    scaler.update();
-    net.refresh_model_copies();
-  }
+  // 200 steps of forward, S * loss, backward, step(), update(): each step()
+  // unscales and checks, then steps anyway, inf or not.
+  const StaticRun r = static_scale_run(run, scaler);
   //! [static-scale-too-large-broken]
-  r.scale = scaler.get_scale();
   return static_outcomes(r, run, "fp16 MLP on the blobs, static loss scale 2^18, no step skipping");
 }
 
 RunResult static_scale_fixed() {
   BlobsRun run(Precision::fp16, kStaticLr, kStaticBatch);
-  Mlp& net = run.net;
-  SGD& opt = run.opt;
-  StaticRun r;
   //! [static-scale-too-large-fixed]
   GradScaler::Options o;
   o.init_scale = kStaticScale;  // the same start; the scale now moves
   GradScaler scaler(o);
-  for (int step = 1; step <= kStaticSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(cross_entropy_loss(out, b.labels));
-    opt.zero_grad();
-    net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-    r.skipped += !scaler.step(opt);  // skipped when a gradient is inf/NaN ...
-    if (*scaler.found_inf(opt) && r.overflows++ == 0) r.first_overflow = step;
-    scaler.update();                 // ... and then the scale is halved
-    net.refresh_model_copies();
-  }
+  // The same loop: step() now skips a step whose gradients hold inf/NaN, and
+  // update() then halves the scale.
+  const StaticRun r = static_scale_run(run, scaler);
   //! [static-scale-too-large-fixed]
-  r.scale = scaler.get_scale();
   return static_outcomes(r, run, "the same run with a GradScaler starting at 2^18 (dynamic)");
 }
 
@@ -415,22 +387,29 @@ RunResult forget_outcomes(const ForgetRun& r, const GradScaler& scaler, std::str
   return out;
 }
 
-RunResult update_forgotten_broken() {
+/// The loop of both runs; `call_update` is the fix.
+RunResult update_forgotten_run(bool call_update, std::string setup) {
   BlobsRun run(Precision::fp16, 0.05, 64);
   Mlp& net = run.net;
   SGD& opt = run.opt;
   ForgetRun r;
   GradScaler scaler;
-  //! [update-forgotten-broken]
   for (int it = 1; it <= kForgetIterations; ++it) {
     try {
-      const Dataset b = run.batches.next();
-      const Tensor& out = net.forward(b.x);
-      (void)scaler.scale(cross_entropy_loss(out, b.labels));
-      opt.zero_grad();
-      net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-      r.steps += scaler.step(opt);
-      // scaler.update() forgotten
+      scaled_backward(net, opt, run.batches, scaler);  // forward, S * loss, backward
+      if (!call_update) {
+        //! [update-forgotten-broken]
+        // The end of every iteration:
+        r.steps += scaler.step(opt);  // marks opt as stepped until update()
+        // scaler.update() forgotten: the next iteration's step() throws
+        //! [update-forgotten-broken]
+      } else {
+        //! [update-forgotten-fixed]
+        // The end of every iteration:
+        r.steps += scaler.step(opt);
+        scaler.update();  // after step(), every iteration
+        //! [update-forgotten-fixed]
+      }
       net.refresh_model_copies();
       ++r.completed;
     } catch (const std::logic_error& e) {  // a training script would stop here
@@ -438,35 +417,14 @@ RunResult update_forgotten_broken() {
       break;
     }
   }
-  //! [update-forgotten-broken]
-  return forget_outcomes(r, scaler, "fp16 MLP on the blobs with a GradScaler; the loop never calls update()");
+  return forget_outcomes(r, scaler, std::move(setup));
 }
 
+RunResult update_forgotten_broken() {
+  return update_forgotten_run(false, "fp16 MLP on the blobs with a GradScaler; the loop never calls update()");
+}
 RunResult update_forgotten_fixed() {
-  BlobsRun run(Precision::fp16, 0.05, 64);
-  Mlp& net = run.net;
-  SGD& opt = run.opt;
-  ForgetRun r;
-  GradScaler scaler;
-  //! [update-forgotten-fixed]
-  for (int it = 1; it <= kForgetIterations; ++it) {
-    try {
-      const Dataset b = run.batches.next();
-      const Tensor& out = net.forward(b.x);
-      (void)scaler.scale(cross_entropy_loss(out, b.labels));
-      opt.zero_grad();
-      net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-      r.steps += scaler.step(opt);
-      scaler.update();  // after step(), every iteration
-      net.refresh_model_copies();
-      ++r.completed;
-    } catch (const std::logic_error& e) {
-      if (r.errors++ == 0) r.first_error = it, r.message = e.what();
-      break;
-    }
-  }
-  //! [update-forgotten-fixed]
-  return forget_outcomes(r, scaler, "the same loop with scaler.update() after scaler.step()");
+  return update_forgotten_run(true, "the same loop with scaler.update() after scaler.step()");
 }
 
 // ---------------------------------------------------------------------------
@@ -490,17 +448,12 @@ struct ClipBaseline {
 ClipBaseline clip_fp32() {
   BlobsRun run(Precision::fp32, kClipLr, kClipBatch);
   ClipBaseline r;
-  for (int step = 1; step <= kClipSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = run.net.forward(b.x);
-    run.opt.zero_grad();
-    run.net.backward(cross_entropy_backward(out, b.labels));
-    const float norm = clip_grad_norm(run.net.parameters(), kMaxNorm);
-    if (step == 1) r.first_norm = norm;
-    r.clipped += norm > kMaxNorm;
-    run.opt.step();
-    run.net.refresh_model_copies();
-  }
+  for (int step = 1; step <= kClipSteps; ++step)
+    plain_step(run.net, run.opt, run.batches, [&] {
+      const float norm = clip_grad_norm(run.net.parameters(), kMaxNorm);
+      if (step == 1) r.first_norm = norm;
+      r.clipped += norm > kMaxNorm;
+    });
   r.loss = set_loss(run.net, blobs().train);
   r.accuracy = set_accuracy(run.net, blobs().test);
   return r;
@@ -539,56 +492,44 @@ RunResult clip_outcomes(const ClipRun& r, BlobsRun& run, std::string setup) {
   return out;
 }
 
-RunResult clip_before_unscale_broken() {
+/// The loop of both runs; `unscale_first` is the fix.
+RunResult clip_run(bool unscale_first, std::string setup) {
   BlobsRun run(Precision::fp16, kClipLr, kClipBatch);
   Mlp& net = run.net;
   SGD& opt = run.opt;
   ClipRun r;
   GradScaler scaler;
-  //! [clip-before-unscale-broken]
   for (int step = 1; step <= kClipSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(cross_entropy_loss(out, b.labels));
-    opt.zero_grad();
-    net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-    // The gradients are still multiplied by S here.
-    const float seen = clip_grad_norm(net.parameters(), kMaxNorm);
-    scaler.step(opt);  // unscales what the clip left: norm max_norm / S
-    scaler.update();
+    scaled_backward(net, opt, run.batches, scaler);  // forward, S * loss, backward
+    float seen = 0;  // the norm clip_grad_norm measured
+    if (!unscale_first) {
+      //! [clip-before-unscale-broken]
+      // The gradients are still multiplied by S here.
+      seen = clip_grad_norm(net.parameters(), kMaxNorm);
+      scaler.step(opt);  // unscales what the clip left: norm max_norm / S
+      scaler.update();
+      //! [clip-before-unscale-broken]
+    } else {
+      //! [clip-before-unscale-fixed]
+      scaler.unscale(opt);  // first: the gradients are the true ones again
+      seen = clip_grad_norm(net.parameters(), kMaxNorm);
+      scaler.step(opt);  // knows unscale() ran; does not divide again
+      scaler.update();
+      //! [clip-before-unscale-fixed]
+    }
     if (step == 1) r.first_seen = seen, r.first_applied = grad_norm(net.parameters());
     r.clipped += seen > kMaxNorm;
     net.refresh_model_copies();
   }
-  //! [clip-before-unscale-broken]
   r.scale = scaler.get_scale();
-  return clip_outcomes(r, run, "fp16 MLP on the blobs, GradScaler, clip_grad_norm(1.0) on the scaled gradients");
+  return clip_outcomes(r, run, std::move(setup));
 }
 
+RunResult clip_before_unscale_broken() {
+  return clip_run(false, "fp16 MLP on the blobs, GradScaler, clip_grad_norm(1.0) on the scaled gradients");
+}
 RunResult clip_before_unscale_fixed() {
-  BlobsRun run(Precision::fp16, kClipLr, kClipBatch);
-  Mlp& net = run.net;
-  SGD& opt = run.opt;
-  ClipRun r;
-  GradScaler scaler;
-  //! [clip-before-unscale-fixed]
-  for (int step = 1; step <= kClipSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(cross_entropy_loss(out, b.labels));
-    opt.zero_grad();
-    net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
-    scaler.unscale(opt);  // first: the gradients are the true ones again
-    const float seen = clip_grad_norm(net.parameters(), kMaxNorm);
-    scaler.step(opt);  // knows unscale() ran; does not divide again
-    scaler.update();
-    if (step == 1) r.first_seen = seen, r.first_applied = grad_norm(net.parameters());
-    r.clipped += seen > kMaxNorm;
-    net.refresh_model_copies();
-  }
-  //! [clip-before-unscale-fixed]
-  r.scale = scaler.get_scale();
-  return clip_outcomes(r, run, "the same run with scaler.unscale(opt) before clip_grad_norm(1.0)");
+  return clip_run(true, "the same run with scaler.unscale(opt) before clip_grad_norm(1.0)");
 }
 
 // ---------------------------------------------------------------------------
@@ -674,72 +615,65 @@ RunResult accumulation_outcomes(const AccumulationRun& r, BlobsRun& run, std::st
   return out;
 }
 
-RunResult accumulation_unscale_broken() {
-  const std::vector<MatrixF> reference = effective_batch_gradient();
-  BlobsRun run(Precision::fp16, kAccumulationLr, kMicroBatch);
-  Mlp& net = run.net;
-  SGD& opt = run.opt;
-  AccumulationRun r;
-  GradScaler scaler;
-  for (int step = 1; step <= kAccumulationSteps; ++step) {
-    opt.zero_grad();
-    //! [accumulation-unscale-broken]
-    for (int k = 0; k < kMicroBatches; ++k) {
-      const Dataset b = run.batches.next();
-      const Tensor& out = net.forward(b.x);
-      (void)scaler.scale(cross_entropy_loss(out, b.labels) / kMicroBatches);
-      net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale() / kMicroBatches));
-      try {
-        scaler.unscale(opt);  // every micro-batch: refused from the second on ...
-      } catch (const std::logic_error& e) {
-        if (r.refusals++ == 0) r.message = e.what();
-        const float inv = inverse_of(scaler.get_scale());  // ... so do what it would do
-        for (Parameter* p : opt.params()) p->grad *= inv;
-      }
-    }
-    scaler.step(opt);
-    scaler.update();
-    //! [accumulation-unscale-broken]
-    if (step == 1) {
-      const std::vector<MatrixF> used = grads_of(opt.params());
-      r.first_rel_error = relative_difference(used, reference);
-      r.first_norm_ratio = norm_of(used) / norm_of(reference);
-    }
-    net.refresh_model_copies();
-  }
-  r.scale = scaler.get_scale();
-  return accumulation_outcomes(r, run, "fp16 MLP on the blobs, 4 accumulated micro-batches, unscaled after each");
+/// The forward and backward pass of the next micro-batch from S * loss / K:
+/// adds its share of the effective batch's gradient, scaled by S, into .grad.
+void micro_batch_backward(BlobsRun& run, GradScaler& scaler) {
+  const Dataset b = run.batches.next();
+  const Tensor& out = run.net.forward(b.x);
+  (void)scaler.scale(cross_entropy_loss(out, b.labels) / kMicroBatches);
+  run.net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale() / kMicroBatches));
 }
 
-RunResult accumulation_unscale_fixed() {
+/// The loop of both runs; `unscale_each` (after every micro-batch) is the bug.
+RunResult accumulation_run(bool unscale_each, std::string setup) {
   const std::vector<MatrixF> reference = effective_batch_gradient();
   BlobsRun run(Precision::fp16, kAccumulationLr, kMicroBatch);
-  Mlp& net = run.net;
   SGD& opt = run.opt;
   AccumulationRun r;
   GradScaler scaler;
   for (int step = 1; step <= kAccumulationSteps; ++step) {
     opt.zero_grad();
-    //! [accumulation-unscale-fixed]
-    for (int k = 0; k < kMicroBatches; ++k) {
-      const Dataset b = run.batches.next();
-      const Tensor& out = net.forward(b.x);
-      (void)scaler.scale(cross_entropy_loss(out, b.labels) / kMicroBatches);
-      net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale() / kMicroBatches));
-    }  // the gradients stay scaled, by one constant S, until all are in
-    scaler.unscale(opt);  // once per effective batch (here it could clip)
-    scaler.step(opt);
-    scaler.update();
-    //! [accumulation-unscale-fixed]
+    if (unscale_each) {
+      //! [accumulation-unscale-broken]
+      for (int k = 0; k < kMicroBatches; ++k) {
+        micro_batch_backward(run, scaler);  // .grad += S * (its gradient) / 4
+        try {
+          scaler.unscale(opt);  // every micro-batch: refused from the second on ...
+        } catch (const std::logic_error& e) {
+          if (r.refusals++ == 0) r.message = e.what();
+          const float inv = inverse_of(scaler.get_scale());  // ... so do what it would do
+          for (Parameter* p : opt.params()) p->grad *= inv;
+        }
+      }
+      scaler.step(opt);
+      scaler.update();
+      //! [accumulation-unscale-broken]
+    } else {
+      //! [accumulation-unscale-fixed]
+      for (int k = 0; k < kMicroBatches; ++k)
+        micro_batch_backward(run, scaler);  // .grad += S * (its gradient) / 4
+      // the gradients stay scaled, by one constant S, until all are in
+      scaler.unscale(opt);  // once per effective batch (here it could clip)
+      scaler.step(opt);
+      scaler.update();
+      //! [accumulation-unscale-fixed]
+    }
     if (step == 1) {
       const std::vector<MatrixF> used = grads_of(opt.params());
       r.first_rel_error = relative_difference(used, reference);
       r.first_norm_ratio = norm_of(used) / norm_of(reference);
     }
-    net.refresh_model_copies();
+    run.net.refresh_model_copies();
   }
   r.scale = scaler.get_scale();
-  return accumulation_outcomes(r, run, "the same accumulation, unscaled once after the last micro-batch");
+  return accumulation_outcomes(r, run, std::move(setup));
+}
+
+RunResult accumulation_unscale_broken() {
+  return accumulation_run(true, "fp16 MLP on the blobs, 4 accumulated micro-batches, unscaled after each");
+}
+RunResult accumulation_unscale_fixed() {
+  return accumulation_run(false, "the same accumulation, unscaled once after the last micro-batch");
 }
 
 // ---------------------------------------------------------------------------
@@ -761,12 +695,7 @@ MasterRun train_blobs_small_lr(Precision p, MasterWeights mw) {
   MasterRun r;
   r.initial_loss = set_loss(run.net, blobs().train);
   for (int step = 0; step < kMasterSteps; ++step) {
-    const Dataset b = run.batches.next();
-    const Tensor& out = run.net.forward(b.x);
-    run.opt.zero_grad();
-    run.net.backward(cross_entropy_backward(out, b.labels));
-    run.opt.step();
-    const RefreshStats st = run.net.refresh_model_copies();
+    const RefreshStats st = plain_step(run.net, run.opt, run.batches);
     r.lost += static_cast<double>(st.lost) / static_cast<double>(st.elements) / kMasterSteps;
   }
   r.loss = set_loss(run.net, blobs().train);
@@ -893,11 +822,7 @@ ScheduleRun schedule_run(bool count_skipped) {
   int scheduler_count = 0;  // the scheduler's own step counter
   ScheduleRun r;
   for (int it = 1; it <= kScheduleIterations; ++it) {
-    const Dataset b = batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(mse_loss(out, b.targets));
-    opt.zero_grad();
-    net.backward(mse_backward(out, b.targets, scaler.get_scale()));
+    scaled_backward(net, opt, batches, scaler);  // forward, S * loss, backward
     const float scale_used = scaler.get_scale();
     const int position = scheduler_count;  // the schedule value this iteration's step uses
     bool stepped = false;
@@ -965,11 +890,7 @@ AdamRun adam_run(Precision state) {
   AdamW opt(net.parameters(), o);
   r.eps_stored = round_value(static_cast<float>(o.eps), format_of(state));
   for (int step = 1; step <= kAdamSteps; ++step) {
-    const Dataset b = batches.next();
-    const Tensor& out = net.forward(b.x);
-    (void)scaler.scale(cross_entropy_loss(out, b.labels));
-    opt.zero_grad();
-    net.backward(cross_entropy_backward(out, b.labels, scaler.get_scale()));
+    scaled_backward(net, opt, batches, scaler);
     scaler.step(opt);
     scaler.update();
     net.refresh_model_copies();

@@ -1,8 +1,10 @@
 // Chapter 02 — loss scaling and FP32 master weights: what the chapter's two
 // programs share (pitfalls.cpp and numbers.cpp; nothing outside this folder).
-// Depends on: the Chapter 2 training stack (mpt/data.hpp, mlp.hpp, optim.hpp).
+// Depends on: the Chapter 2 training stack (mpt/data.hpp, layers.hpp, mlp.hpp,
+// optim.hpp).
 //
-// The batching, the blobs classification set, and the tiny-target regression
+// The batching, the training steps every run repeats, the blobs
+// classification set, and the tiny-target regression
 // run that the pitfall no-loss-scaling trains and that numbers.cpp's paper
 // figure collects its activation gradients from: one definition, so the
 // figure shows the gradients of exactly the run the pitfall compares with. Everything is in an
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "mpt/data.hpp"
+#include "mpt/layers.hpp"
 #include "mpt/mlp.hpp"
 #include "mpt/optim.hpp"
 
@@ -52,6 +55,49 @@ inline MlpConfig mlp_config(std::vector<int> sizes, Precision p, std::uint64_t s
   return c;
 }
 
+// --- one training step -------------------------------------------------------
+
+/// The loss of one batch: cross-entropy for a classification set, MSE otherwise.
+inline float batch_loss(const Tensor& out, const Dataset& b) {
+  return b.is_classification() ? cross_entropy_loss(out, b.labels) : mse_loss(out, b.targets);
+}
+/// Its gradient, from dloss (1, or the loss scale S).
+inline Tensor batch_loss_backward(const Tensor& out, const Dataset& b, float dloss = 1.0f) {
+  return b.is_classification() ? cross_entropy_backward(out, b.labels, dloss)
+                               : mse_backward(out, b.targets, dloss);
+}
+
+/// One training step without loss scaling, on the next batch: forward,
+/// backward from dloss = 1, `inspect()` (it sees the fresh gradients), the
+/// optimizer step, and the refresh of the fp16/bf16 model copy.
+/// \return what refresh_model_copies() did.
+template <class Inspect>
+RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches, Inspect inspect) {
+  const Dataset b = batches.next();
+  const Tensor& out = net.forward(b.x);
+  opt.zero_grad();
+  net.backward(batch_loss_backward(out, b));
+  inspect();
+  opt.step();
+  return net.refresh_model_copies();
+}
+inline RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches) {
+  return plain_step(net, opt, batches, [] {});
+}
+
+/// The loss-scaled forward and backward of the next batch: the scaler (a
+/// GradScaler or a StaticScaler) scales the loss in FP32, and the backward
+/// pass starts from its scale S, so every gradient comes out multiplied by S.
+/// Unscaling, the step and update() are the caller's.
+template <class Scaler>
+void scaled_backward(Mlp& net, Optimizer& opt, Batches& batches, Scaler& scaler) {
+  const Dataset b = batches.next();
+  const Tensor& out = net.forward(b.x);
+  (void)scaler.scale(batch_loss(out, b));
+  opt.zero_grad();
+  net.backward(batch_loss_backward(out, b, scaler.get_scale()));
+}
+
 // --- the tiny-target run ----------------------------------------------------
 
 constexpr int kTinyTargetSteps = 200;
@@ -82,6 +128,14 @@ inline AdamW tiny_target_adam(Mlp& net) {
   o.weight_decay = 0.0;
   return AdamW(net.parameters(), o);
 }
+/// The network, optimizer and batches of one tiny-target run.
+struct TinyTargetRun {
+  Mlp net;
+  AdamW opt;
+  Batches batches;
+  explicit TinyTargetRun(Precision p)
+      : net(tiny_target_net(p)), opt(tiny_target_adam(net)), batches(tiny_targets(), kTinyTargetBatch, kBatchSeed) {}
+};
 
 // --- the blobs -------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 // Chapter 01 — floating-point formats and their limits.
-// Depends on: rounding.hpp, rounding_impl.hpp. The portable loops are the
-// reference; the AVX2 path is used only when the CPU has AVX2 and F16C.
+// Depends on: rounding.hpp, rounding_impl.hpp, cpu_dispatch.hpp. The portable
+// loops are the reference; the AVX2 path is used only when the CPU has AVX2
+// and F16C.
 #include "mpt/rounding.hpp"
 
 #include <stdexcept>
 
+#include "mpt/cpu_dispatch.hpp"
 #include "mpt/rounding_impl.hpp"
 
 namespace mpt {
@@ -13,16 +15,9 @@ using detail::params_for;
 
 namespace {
 
+/// detail::use_avx2 with this file's message for an unavailable AVX2 path.
 bool use_avx2(Implementation impl) {
-  switch (impl) {
-    case Implementation::portable: return false;
-    case Implementation::avx2:
-      if (!avx2_available())
-        throw std::invalid_argument("the AVX2 rounding path is not available on this CPU/build");
-      return true;
-    case Implementation::automatic: break;
-  }
-  return avx2_available();
+  return detail::use_avx2(impl, "the AVX2 rounding path is not available on this CPU/build");
 }
 
 }  // namespace

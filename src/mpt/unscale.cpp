@@ -1,6 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: fused unscale-and-check.
-// Depends on: unscale.hpp, scaler_math.hpp (the per-element function the
-// portable loops call, the same one kernels/scaler.cu runs on the GPU).
+// Depends on: unscale.hpp, cpu_dispatch.hpp (the AVX2-or-portable choice),
+// scaler_math.hpp (the per-element function the portable loops call, the
+// same one kernels/scaler.cu runs on the GPU).
 // The portable loops are the reference; the AVX2 loops (unscale_avx2.cpp)
 // run when the CPU has AVX2, and tests/cpu/test_ch02_unscale.cpp holds the
 // two to the same bits.
@@ -8,23 +9,17 @@
 
 #include <stdexcept>
 
+#include "mpt/cpu_dispatch.hpp"
 #include "mpt/scaler_math.hpp"
 
 namespace mpt {
 namespace {
 
+/// detail::use_avx2 with this file's message for an unavailable AVX2 path.
 bool use_avx2(Implementation impl) {
-  switch (impl) {
-    case Implementation::portable: return false;
-    case Implementation::avx2:
-      if (!avx2_available())
-        throw std::invalid_argument(
-            "the AVX2 unscale path is not available on this CPU/build; use "
-            "Implementation::portable or automatic");
-      return true;
-    case Implementation::automatic: break;
-  }
-  return avx2_available();
+  return detail::use_avx2(impl,
+                          "the AVX2 unscale path is not available on this CPU/build; use "
+                          "Implementation::portable or automatic");
 }
 
 // The reference loop: one call of the shared per-element function per

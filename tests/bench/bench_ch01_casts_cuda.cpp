@@ -1,5 +1,6 @@
 // Chapter 01 — GPU benchmark of the cast kernels and the range reduction.
-// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), the CUDA runtime.
+// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
+// CUDA runtime.
 //
 // Times every kernel version on N floats (default 64M) with CUDA events and
 // prints its effective bandwidth (bytes read + written per second) beside a
@@ -18,43 +19,18 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.hpp"
 #include "mpt_kernels.hpp"
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "bench_ch01_casts_cuda: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-/// Median milliseconds of `reps` runs of f, after two warm-up runs.
-float median_ms(const std::function<void()>& f, int reps = 21) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  f();
-  f();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a), "cudaEventRecord");
-    f();
-    check(cudaEventRecord(b), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
-}
+using bench::check;
+using bench::median_ms;
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::program_name = "bench_ch01_casts_cuda";
   std::string why;
   if (!mpt::cuda::device_available(&why)) {
     std::printf("SKIPPED bench_ch01_casts_cuda: %s\n", why.c_str());

@@ -1,5 +1,6 @@
 // Chapter 01 — how fast can a CPU simulate low precision?
-// Depends on: mpt/rounding.hpp, mpt/storage.hpp, Google Benchmark.
+// Depends on: mpt/rounding.hpp, mpt/storage.hpp, bench_support.hpp, Google
+// Benchmark.
 //
 // Rounds N floats (default 16M = 64 MiB) to every format and rounding mode,
 // fp32 in → fp32 out and fp32 in → storage type out, on one core. Each
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "mpt/rounding.hpp"
 #include "mpt/storage.hpp"
 
@@ -56,11 +58,7 @@ Buffers& buffers() {
 
 void BM_memcpy(benchmark::State& st) {
   Buffers& b = buffers();
-  for (auto _ : st) {
-    std::memcpy(b.out.data(), b.in.data(), g_n * sizeof(float));
-    benchmark::ClobberMemory();
-  }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * g_n * 4);
+  bench::time_memcpy(st, b.in.data(), b.out.data(), g_n);
 }
 
 void round_f32(benchmark::State& st, const char* fmt, mpt::RoundingMode mode) {
@@ -101,29 +99,10 @@ double target_for(const std::string& fmt, const std::string& mode) {
   return (fmt == "fp16" || fmt == "bf16") ? 0.8 : 0.4;
 }
 
-/// Console output as usual, plus the bandwidth of every run kept for the table.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> gbps;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      auto it = r.counters.find("bytes_per_second");
-      if (it != r.counters.end()) gbps[r.benchmark_name()] = it->second.value / 1e9;
-    }
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--n=", 4) == 0) g_n = std::stoull(argv[i] + 4);
-    else args.push_back(argv[i]);
-  }
-  int nargs = static_cast<int>(args.size());
-  benchmark::Initialize(&nargs, args.data());
+  bench::initialize(argc, argv, g_n);
 
   const char* fmts[] = {"fp16", "bf16", "e4m3", "e5m2", "tf32"};
   const std::pair<const char*, mpt::RoundingMode> modes[] = {
@@ -139,10 +118,10 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("round/") + f + "/" + mname + "/store").c_str(),
                                      round_store, f, mode)->Unit(benchmark::kMillisecond);
     }
-  RatioReporter rep;
+  bench::RatioReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
 
-  const double memcpy_gbps = rep.gbps.count("memcpy") ? rep.gbps["memcpy"] : 0.0;
+  const double memcpy_gbps = rep.gbps_of("memcpy");
   std::printf("\nn = %zu floats, one core, AVX2 path %s\n", g_n,
               mpt::avx2_available() ? "on" : "off (portable loop)");
   std::printf("memcpy of the same input: %.2f GB/s of input copied\n\n", memcpy_gbps);

@@ -1,7 +1,7 @@
 // Chapter 02 — what one MLP training step costs in emulated mixed precision
 // next to FP32: time and the activation memory kept for backward.
 // Depends on: mpt/mlp.hpp, optim.hpp, grad_scaler.hpp, layers.hpp, data.hpp
-// (Rng), Google Benchmark.
+// (Rng), bench_support.hpp, Google Benchmark.
 //
 // One step is forward, softmax cross-entropy, backward, optimizer step,
 // refresh of the model copies and zero_grad — with a GradScaler
@@ -27,6 +27,7 @@
 
 #include <unistd.h>
 
+#include "bench_support.hpp"
 #include "mpt/data.hpp"
 #include "mpt/grad_scaler.hpp"
 #include "mpt/layers.hpp"
@@ -97,10 +98,7 @@ void BM_step(benchmark::State& st, mpt::Precision p, bool scaled, const char* na
 /// Console output as usual, plus each run's CPU time per step, in ms.
 class TimeReporter : public benchmark::ConsoleReporter {
  public:
-  // Colours only on a terminal: piped into a file for the chapter text, the
-  // table stays plain (a custom reporter ignores --benchmark_color).
-  TimeReporter()
-      : benchmark::ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
+  TimeReporter() : benchmark::ConsoleReporter(bench::plain_unless_terminal()) {}
   std::map<std::string, double> ms;
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -123,14 +121,12 @@ std::vector<int> parse_sizes(const char* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--batch=", 8) == 0) g_batch = std::stoi(argv[i] + 8);
-    else if (std::strncmp(argv[i], "--sizes=", 8) == 0) g_sizes = parse_sizes(argv[i] + 8);
-    else args.push_back(argv[i]);
-  }
-  int nargs = static_cast<int>(args.size());
-  benchmark::Initialize(&nargs, args.data());
+  bench::initialize(argc, argv, [](const char* arg) {
+    if (std::strncmp(arg, "--batch=", 8) == 0) g_batch = std::stoi(arg + 8);
+    else if (std::strncmp(arg, "--sizes=", 8) == 0) g_sizes = parse_sizes(arg + 8);
+    else return false;
+    return true;
+  });
 
   benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::Precision::fp32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond);

@@ -1,5 +1,6 @@
 // Chapter 02 — GPU benchmark of the GradScaler kernels and the fp16 GEMM.
-// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), the CUDA runtime.
+// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
+// CUDA runtime.
 //
 // Times with CUDA events (median of 21 after two warm-ups), each figure next
 // to its roofline measured or derived in the same run:
@@ -25,39 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.hpp"
 #include "mpt_kernels.hpp"
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "bench_ch02_scaler_cuda: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-/// Median milliseconds of `reps` runs of f, after two warm-up runs.
-float median_ms(const std::function<void()>& f, int reps = 21) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  f();
-  f();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a), "cudaEventRecord");
-    f();
-    check(cudaEventRecord(b), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
-}
+using bench::check;
+using bench::median_ms;
 
 /// FP32 lanes per SM by compute capability (CUDA programming guide,
 /// "Arithmetic instructions" throughput table: 64 for 8.0, 128 for 8.6+).
@@ -66,6 +41,7 @@ int fp32_lanes_per_sm(int major, int minor) { return major == 8 && minor == 0 ? 
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::program_name = "bench_ch02_scaler_cuda";
   std::string why;
   if (!mpt::cuda::device_available(&why)) {
     std::printf("SKIPPED bench_ch02_scaler_cuda: %s\n", why.c_str());

@@ -1,5 +1,5 @@
 // Chapter 02 — how fast can the CPU unscale gradients and look for inf/NaN?
-// Depends on: mpt/unscale.hpp, Google Benchmark.
+// Depends on: mpt/unscale.hpp, bench_support.hpp, Google Benchmark.
 //
 // N floats (default 16M = 64 MiB, past the last-level cache) split into
 // gradient tensors of mixed sizes — big weight matrices, small biases, odd
@@ -32,6 +32,7 @@
 
 #include <unistd.h>
 
+#include "bench_support.hpp"
 #include "mpt/unscale.hpp"
 
 namespace {
@@ -69,11 +70,7 @@ Buffers& buffers() {
 
 void BM_memcpy(benchmark::State& st) {
   Buffers& b = buffers();
-  for (auto _ : st) {
-    std::memcpy(b.out.data(), b.grads.data(), g_n * sizeof(float));
-    benchmark::ClobberMemory();
-  }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * g_n * 4);
+  bench::time_memcpy(st, b.grads.data(), b.out.data(), g_n);
 }
 
 template <bool kFused>
@@ -93,23 +90,6 @@ void BM_unscale(benchmark::State& st, mpt::Implementation impl) {
   st.counters["tensors"] = static_cast<double>(b.list.size());
 }
 
-/// Console output as usual, plus the bandwidth of every run kept for the table.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  // Colours only on a terminal: piped into a file for the chapter text, the
-  // table stays plain (a custom reporter ignores --benchmark_color).
-  RatioReporter()
-      : benchmark::ConsoleReporter(isatty(STDOUT_FILENO) ? OO_Defaults : OO_Tabular) {}
-  std::map<std::string, double> gbps;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      auto it = r.counters.find("bytes_per_second");
-      if (it != r.counters.end()) gbps[r.benchmark_name()] = it->second.value / 1e9;
-    }
-  }
-};
-
 const char* verdict(double ratio, double target) {
   return ratio >= target ? "meets target" : "BELOW target";
 }
@@ -117,13 +97,7 @@ const char* verdict(double ratio, double target) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--n=", 4) == 0) g_n = std::stoull(argv[i] + 4);
-    else args.push_back(argv[i]);
-  }
-  int nargs = static_cast<int>(args.size());
-  benchmark::Initialize(&nargs, args.data());
+  bench::initialize(argc, argv, g_n);
 
   std::vector<std::pair<const char*, mpt::Implementation>> impls{
       {"portable", mpt::Implementation::portable}};
@@ -135,11 +109,11 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("two-pass/") + name).c_str(), BM_unscale<false>, impl)
         ->Unit(benchmark::kMillisecond);
   }
-  RatioReporter rep;
+  bench::RatioReporter rep(bench::plain_unless_terminal());
   benchmark::RunSpecifiedBenchmarks(&rep);
 
   constexpr double kTargetMemcpy = 0.6, kTargetTwoPass = 1.5;
-  const double memcpy_gbps = rep.gbps.count("memcpy") ? rep.gbps["memcpy"] : 0.0;
+  const double memcpy_gbps = rep.gbps_of("memcpy");
   std::printf("\nn = %zu floats in %zu tensors of mixed sizes, one core, AVX2 path %s\n", g_n,
               buffers().list.size(), mpt::avx2_available() ? "on" : "off (portable loop)");
   std::printf("memcpy of the same input: %.2f GB/s of input copied\n\n", memcpy_gbps);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Chapter 02 — `mpt scaler simulate`, checked as a user sees it.
-# Depends on: bash, grep, cmp; python3 for the JSON and XML checks (those
-# cases exit 77, Skipped, without it); gnuplot for the plot case (without
-# it, the case checks the "apt-get install gnuplot-nox" error instead).
+# Depends on: cli_lib.sh (the shared harness), bash, grep, cmp; python3 for
+# the JSON and XML checks (those cases exit 77, Skipped, without it); gnuplot
+# for the plot case (without it, the case checks the "apt-get install
+# gnuplot-nox" error instead).
 #
 # Usage: scaler_checks.sh PATH/TO/mpt CASE. Exit 0 pass, 1 fail, 77 skipped.
 # On failure the case prints what it expected and what mpt printed.
@@ -10,52 +11,14 @@ set -u
 
 MPT=$1
 CASE=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-OUT=$WORK/out
-ERR=$WORK/err
-RC=0
-ARGS=""
+. "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-fail() {
-  echo "FAIL [$CASE] mpt $ARGS: $*"
-  echo "--- exit status: $RC"
-  echo "--- stdout:"
-  head -c 4000 "$OUT"
-  echo "--- stderr:"
-  head -c 4000 "$ERR"
-  exit 1
-}
-
+# run ARGS...: run mpt with nothing on its standard input.
 run() {
   ARGS="$*"
   "$MPT" "$@" </dev/null >"$OUT" 2>"$ERR"
   RC=$?
 }
-
-expect_rc() { [ "$RC" -eq "$1" ] || fail "exit status $RC, expected $1"; }
-expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'"; }
-expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'"; }
-expect_out_exactly() {
-  printf '%s\n' "$1" >"$WORK/expected"
-  cmp -s "$WORK/expected" "$OUT" || fail "stdout differs from the expected:
-$(diff "$WORK/expected" "$OUT")"
-}
-
-# A usage error: status 2, nothing on stdout, exactly one line on stderr
-# that starts with "mpt" and contains every given string.
-expect_usage_error() {
-  expect_rc 2
-  [ ! -s "$OUT" ] || fail "stdout is not empty"
-  local lines
-  lines=$(wc -l <"$ERR")
-  [ "$lines" -eq 1 ] || fail "stderr has $lines lines, expected exactly one"
-  grep -q '^mpt' "$ERR" || fail "stderr does not start with 'mpt'"
-  local s
-  for s in "$@"; do expect_err "$s"; done
-}
-
-need_python() { command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }; }
 
 case "$CASE" in
 

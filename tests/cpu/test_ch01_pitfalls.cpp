@@ -1,5 +1,6 @@
 // Chapter 01 — tests of the pitfall registry and of chapter 1's pitfalls.
-// Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest.
+// Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest,
+// test_support.hpp (failed_claims, any_fails).
 //
 // The registry is the spine of the project (DESIGN.md §4): every entry must
 // still show its failure and its fix, and its checks must be able to fail,
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "mpt/pitfall.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -19,25 +21,13 @@ using mpt::Check;
 using mpt::Pitfall;
 using mpt::Registry;
 using mpt::RunResult;
-
-// The claims that did not hold, one a line, for failure messages.
-std::string failed_claims(const std::vector<std::pair<std::string, bool>>& checks) {
-  std::string out;
-  for (const auto& c : checks)
-    if (!c.second) out += "\n  - " + c.first;
-  return out.empty() ? std::string(" (none; no checks ran?)") : out;
-}
+using mpt_test::any_fails;
+using mpt_test::failed_claims;
 
 std::string outcome_names(const RunResult& r) {
   std::string out;
   for (const auto& o : r.outcomes) out += o.name + " ";
   return out;
-}
-
-bool any_fails(const std::vector<std::pair<std::string, bool>>& checks) {
-  for (const auto& c : checks)
-    if (!c.second) return true;
-  return false;
 }
 
 // A well-formed entry to mutate in the registry tests.

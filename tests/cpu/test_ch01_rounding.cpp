@@ -1,7 +1,7 @@
 // Chapter 01 — rounding float → format: the boundary cases, an independent
 // oracle, stochastic rounding's expectation, and the AVX2 path held to the
 // portable path bit for bit.
-// Depends on: mpt/rounding.hpp, mpt/storage.hpp.
+// Depends on: mpt/rounding.hpp, mpt/storage.hpp, test_support.hpp (bits).
 #include <doctest/doctest.h>
 
 #include <cfloat>
@@ -13,21 +13,14 @@
 
 #include "mpt/rounding.hpp"
 #include "mpt/storage.hpp"
+#include "test_support.hpp"
 
 using namespace mpt;
 
 namespace {
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using mpt_test::bits;
+using mpt_test::from_bits;
 bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits(a) == bits(b); }
 
 const Format& F(const char* n) { return format_named(n); }

@@ -17,24 +17,15 @@
 #include <vector>
 
 #include "mpt/pitfall.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using mpt::Pitfall;
 using mpt::RunResult;
 
-std::string failed_claims(const std::vector<std::pair<std::string, bool>>& checks) {
-  std::string out;
-  for (const auto& c : checks)
-    if (!c.second) out += "\n  - " + c.first;
-  return out.empty() ? std::string(" (none; no checks ran?)") : out;
-}
-
-bool any_fails(const std::vector<std::pair<std::string, bool>>& checks) {
-  for (const auto& c : checks)
-    if (!c.second) return true;
-  return false;
-}
+using mpt_test::any_fails;
+using mpt_test::failed_claims;
 
 /// Both runs of a pitfall, made on first use and kept.
 struct Runs {

@@ -1,9 +1,9 @@
 // Chapter 02 — loss scaling and FP32 master weights: the fused
 // unscale-and-check on the CPU (src/mpt/unscale.*).
 // Depends on: mpt/unscale.hpp, mpt/scaler_math.hpp (the per-element function
-// that is the reference here). Every array version — portable, AVX2, single
-// and multi-tensor — must write the bits the element loop writes, NaN
-// payloads included, and report the same flag.
+// that is the reference here), test_support.hpp (bits). Every array version
+// — portable, AVX2, single and multi-tensor — must write the bits the
+// element loop writes, NaN payloads included, and report the same flag.
 #include <doctest/doctest.h>
 
 #include <cfloat>
@@ -18,21 +18,14 @@
 
 #include "mpt/scaler_math.hpp"
 #include "mpt/unscale.hpp"
+#include "test_support.hpp"
 
 using namespace mpt;
 
 namespace {
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using mpt_test::bits;
+using mpt_test::from_bits;
 
 const float kInf = std::numeric_limits<float>::infinity();
 

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -54,6 +57,25 @@ class DeviceArray {
   T* p_ = nullptr;
   std::size_t n_;
 };
+
+/// The kernel version's name, for messages.
+inline const char* version_name(mpt::cuda::KernelVersion v) {
+  return v == mpt::cuda::KernelVersion::simple ? "simple" : "vectorized";
+}
+
+/// The GEMM version's name, for messages.
+inline const char* version_name(mpt::cuda::GemmVersion v) {
+  return v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled";
+}
+
+/// True when got has want's bits, or (with nan_any_payload) both are NaN:
+/// a GPU returns the canonical NaN where x86 keeps the input's payload.
+inline bool same_float(float want, float got, bool nan_any_payload = true) {
+  std::uint32_t w, g;
+  std::memcpy(&w, &want, 4);
+  std::memcpy(&g, &got, 4);
+  return w == g || (nan_any_payload && std::isnan(want) && std::isnan(got));
+}
 
 inline std::uint64_t test_seed() {
   const char* s = std::getenv("MPT_SEED");

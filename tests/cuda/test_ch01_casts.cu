@@ -15,12 +15,9 @@
 namespace {
 
 using mpt::cuda::KernelVersion;
+using mpt::test::version_name;
 
 constexpr std::size_t kN = 65536 + 13;  // not a multiple of 4: the vector kernels' tail runs
-
-const char* version_name(KernelVersion v) {
-  return v == KernelVersion::simple ? "simple" : "vectorized";
-}
 
 /// Every code of the four formats, every tie between neighbours and the
 /// floats either side of it (about half a million values).

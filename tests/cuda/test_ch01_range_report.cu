@@ -17,10 +17,7 @@
 namespace {
 
 using mpt::cuda::KernelVersion;
-
-const char* version_name(KernelVersion v) {
-  return v == KernelVersion::simple ? "simple" : "vectorized";
-}
+using mpt::test::version_name;
 
 mpt::RangeCounts host_counts(const float* x, std::size_t n, const mpt::FormatSpec& f) {
   mpt::RangeCounts c;

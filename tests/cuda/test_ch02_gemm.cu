@@ -125,7 +125,7 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
   const std::size_t mn = static_cast<std::size_t>(s.M) * s.N;
   char label[160];
   std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s",
-                v == GemmVersion::naive ? "naive" : "tiled", s.M, s.N, s.K, tA ? "^T" : "",
+                mpt::test::version_name(v), s.M, s.N, s.K, tA ? "^T" : "",
                 tB ? "^T" : "", inputs_name(kind));
 
   DeviceArray<std::uint16_t> d_a(a.codes), d_b(b.codes);
@@ -143,8 +143,7 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
   for (std::size_t i = 0; i < mn; ++i) {
     const int m = static_cast<int>(i / s.N), n = static_cast<int>(i % s.N);
     // 1 and 2: the same-order reference, bit for bit (exact integers for kind 1).
-    const bool same = bits_from_float(want[i]) == bits_from_float(c[i]) ||
-                      (std::isnan(want[i]) && std::isnan(c[i]));
+    const bool same = mpt::test::same_float(want[i], c[i]);
     const std::uint16_t want_h = to_fp16(want[i]);
     const bool same_h = want_h == h[i] || (fp16_is_nan(want_h) && fp16_is_nan(h[i]));
     if (!same || !same_h) {

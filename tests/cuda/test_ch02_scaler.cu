@@ -30,13 +30,10 @@ using mpt::cuda::KernelVersion;
 using mpt::test::bits_from_float;
 using mpt::test::DeviceArray;
 using mpt::test::float_from_bits;
+using mpt::test::version_name;
 
 const float kInf = std::numeric_limits<float>::infinity();
 const std::uint32_t kPoison = 0xffffffffu;  // a NaN a GPU multiply would turn into 0x7fffffff
-
-const char* version_name(KernelVersion v) {
-  return v == KernelVersion::simple ? "simple" : "vectorized";
-}
 
 /// Compare floats bit for bit (NaN: any NaN when nan_any_payload); print the
 /// first mismatches and the count, llm.c style.
@@ -44,9 +41,7 @@ std::size_t mismatches(const std::vector<float>& want, const std::vector<float>&
                        bool nan_any_payload, const std::string& what) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    const bool ok = bits_from_float(want[i]) == bits_from_float(got[i]) ||
-                    (nan_any_payload && std::isnan(want[i]) && std::isnan(got[i]));
-    if (ok) continue;
+    if (mpt::test::same_float(want[i], got[i], nan_any_payload)) continue;
     if (bad++ < 5)
       std::printf("%s: [%zu] want %#010x (%a) got %#010x (%a)\n", what.c_str(), i,
                   bits_from_float(want[i]), want[i], bits_from_float(got[i]), got[i]);

@@ -1,0 +1,51 @@
+// Chapters 01 onwards — what the GPU benchmarks share: CUDA error checks that
+// name the benchmark and exit, and the median time of a callable measured
+// with CUDA events. Depends on: the CUDA runtime.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+namespace bench {
+
+/// The benchmark's name, printed in front of every CUDA error; each main()
+/// sets it first.
+inline const char* program_name = "bench";
+
+/// Exit 1 with "PROGRAM: WHAT: CUDA error" on stderr unless e is cudaSuccess.
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s: %s\n", program_name, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+/// Median milliseconds of `reps` runs of f, after two warm-up runs.
+inline float median_ms(const std::function<void()>& f, int reps = 21) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  f();
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a), "cudaEventRecord");
+    f();
+    check(cudaEventRecord(b), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+}  // namespace bench
