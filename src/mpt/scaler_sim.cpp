@@ -3,6 +3,8 @@
 // (shortest_decimal), nlohmann_json; POSIX (posix_spawnp) to run gnuplot.
 #include "mpt/scaler_sim.hpp"
 
+#include "mpt/random.hpp"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -31,18 +33,9 @@ std::int64_t ScalerSimulation::skipped_steps() const {
   return std::count_if(rows.begin(), rows.end(), [](const ScalerSimulationRow& r) { return r.skipped; });
 }
 
-std::uint64_t SplitMix64::next() {
-  std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-double SplitMix64::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
 std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability,
                                               std::uint64_t seed) {
-  SplitMix64 rng(seed);
+  Rng rng(seed);
   std::vector<std::int64_t> out;
   for (std::int64_t k = 1; k <= steps; ++k)
     if (rng.uniform() < probability) out.push_back(k);

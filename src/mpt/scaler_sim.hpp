@@ -50,23 +50,9 @@ struct ScalerSimulation {
   std::int64_t skipped_steps() const;
 };
 
-/// SplitMix64 (Steele, Lea and Flood 2014): a tiny seeded generator, so a
-/// drawn run is the same on every machine and standard library.
-class SplitMix64 {
- public:
-  /// A generator whose sequence is fixed by `seed`.
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  /// The next 64 random bits.
-  std::uint64_t next();
-  /// A uniform double in [0, 1): the top 53 bits of next().
-  double uniform();
-
- private:
-  std::uint64_t state_;
-};
-
 /// The 1-based steps among 1..steps that overflow when each does with
-/// `probability` (uniform() < probability), drawn from SplitMix64(seed).
+/// `probability` (uniform() < probability), drawn from mpt::Rng(seed), the
+/// same generator on every machine.
 std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability,
                                               std::uint64_t seed);
 

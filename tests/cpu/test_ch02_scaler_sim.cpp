@@ -128,20 +128,6 @@ TEST_CASE("simulate: overflow steps drawn from a seed are reproducible and have 
   CHECK(mpt::draw_overflow_steps(100, 1.0, 1).size() == 100);
 }
 
-TEST_CASE("SplitMix64: the published first outputs for seed 0") {
-  // The reference values of the SplitMix64 algorithm for state 0.
-  mpt::SplitMix64 r(0);
-  CHECK(r.next() == 0xe220a8397b1dcdafull);
-  CHECK(r.next() == 0x6e789e6aa1b965f4ull);
-  CHECK(r.next() == 0x06c45d188009454full);
-  mpt::SplitMix64 u(99);
-  for (int i = 0; i < 1000; ++i) {
-    const double x = u.uniform();
-    CHECK(x >= 0.0);
-    CHECK(x < 1.0);
-  }
-}
-
 TEST_CASE("simulate: bad specs are rejected with the reason") {
   CHECK_THROWS_WITH_AS(mpt::simulate_scaler(spec(0, {})), doctest::Contains("from 1 to"),
                        std::invalid_argument);
