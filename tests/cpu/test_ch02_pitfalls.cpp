@@ -113,13 +113,7 @@ TEST_CASE("chapter 2: broken and fixed runs measure the same things, determinist
   for (const Pitfall* p : chapter2()) {
     SUBCASE(p->id.c_str()) {
       const RunResult &broken = runs_of(*p).broken, &fixed = runs_of(*p).fixed;
-      REQUIRE(broken.outcomes.size() == fixed.outcomes.size());
-      for (std::size_t i = 0; i < broken.outcomes.size(); ++i)
-        CHECK(broken.outcomes[i].name == fixed.outcomes[i].name);
-      CHECK(!broken.setup.empty());
-      CHECK(!fixed.setup.empty());
-      CHECK(!broken.explanation.empty());
-      CHECK(!fixed.explanation.empty());
+      mpt_test::check_runs_comparable(broken, fixed);
       const RunResult broken_again = p->broken(), fixed_again = p->fixed();
       REQUIRE(broken_again.outcomes.size() == broken.outcomes.size());
       REQUIRE(fixed_again.outcomes.size() == fixed.outcomes.size());
