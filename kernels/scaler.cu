@@ -121,7 +121,7 @@ __global__ void unscale_check_chunked(const TensorEntry* __restrict__ table, int
 // the GPU (no fast-math here), then one rounding to float: the bits the host
 // computes with the same expression.
 __global__ void inverse_scale_kernel(const float* __restrict__ scale, float* __restrict__ inv) {
-  *inv = static_cast<float>(1.0 / static_cast<double>(*scale));
+  *inv = mpt::inverse_scale(*scale);
 }
 
 // scale: (1,) fp32, growth_tracker: (1,) int32, found_inf: (1,) fp32. One

@@ -23,6 +23,7 @@
 #include "mpt/explain.hpp"
 #include "mpt/format.hpp"
 #include "mpt/grad_scaler.hpp"
+#include "mpt/scaler_math.hpp"
 #include "mpt/layers.hpp"
 #include "mpt/mlp.hpp"
 #include "mpt/optim.hpp"
@@ -433,7 +434,7 @@ void claim_scale_floor() {
     bad += static_cast<double>((!p->master.array().isFinite()).count());
     weights += static_cast<double>(p->master.size());
   }
-  const float inv = static_cast<float>(1.0 / static_cast<double>(scaler.get_scale()));  // as unscale() takes it
+  const float inv = mpt::inverse_scale(scaler.get_scale());  // as unscale() takes it
   std::printf("  at scale 0: scaled loss %s, gradient %s, inverse scale 1/0 = %s,\n"
               "  unscaled gradient 0 * inf = %s; found inf: %s (checked before the multiply),\n"
               "  so step() %s and %.0f of %.0f weights are NaN\n",

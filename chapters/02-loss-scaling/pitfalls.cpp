@@ -25,6 +25,7 @@
 #include "mpt/data.hpp"
 #include "mpt/format.hpp"
 #include "mpt/grad_scaler.hpp"
+#include "mpt/scaler_math.hpp"
 #include "mpt/layers.hpp"
 #include "mpt/mlp.hpp"
 #include "mpt/optim.hpp"
@@ -120,10 +121,6 @@ float clip_grad_norm(const std::vector<Parameter*>& params, float max_norm) {
   for (Parameter* p : params) p->grad *= clamped;
   return total;
 }
-
-/// What GradScaler::unscale multiplies by: 1/scale taken in double, then
-/// rounded to float (PyTorch's inverse scale).
-float inverse_of(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
 // --- the blobs runs --------------------------------------------------------
 
@@ -565,7 +562,7 @@ std::vector<MatrixF> effective_batch_gradient() {
   run.opt.zero_grad();
   const Tensor& out = run.net.forward(all.x);
   run.net.backward(cross_entropy_backward(out, all.labels, scale));
-  for (Parameter* p : run.net.parameters()) p->grad *= inverse_of(scale);
+  for (Parameter* p : run.net.parameters()) p->grad *= mpt::inverse_scale(scale);
   return grads_of(run.net.parameters());
 }
 
@@ -641,7 +638,7 @@ RunResult accumulation_run(bool unscale_each, std::string setup) {
           scaler.unscale(opt);  // every micro-batch: refused from the second on ...
         } catch (const std::logic_error& e) {
           if (r.refusals++ == 0) r.message = e.what();
-          const float inv = inverse_of(scaler.get_scale());  // ... so do what it would do
+          const float inv = mpt::inverse_scale(scaler.get_scale());  // ... so do what it would do
           for (Parameter* p : opt.params()) p->grad *= inv;
         }
       }

@@ -72,14 +72,6 @@ std::optional<bool> unscale_grads(Optimizer& optimizer, float inv_scale) {
   return unscale_and_check(grads, inv_scale);
 }
 
-// PyTorch: self._scale.double().reciprocal().float(). For IEEE float
-// division this equals 1.0f / scale (the double is wide enough that the
-// second rounding is innocuous); PyTorch does it in double because FP32
-// division may be approximate under some compile options (fast math).
-float inverse_scale(float scale) {
-  return static_cast<float>(1.0 / static_cast<double>(scale));
-}
-
 // The unscale_ part of the state machine; `who` is "GradScaler" or "StaticScaler".
 void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const char* who) {
   detail::OptimizerRecord& r = records[&optimizer];

@@ -27,6 +27,16 @@ MPT_HD inline bool is_finite_bits(float x) {
   return (u & 0x7f800000u) != 0x7f800000u;
 }
 
+/// The inverse scale that unscale multiplies by: the reciprocal taken in
+/// double, then rounded to float, as PyTorch does
+/// (self._scale.double().reciprocal().float()). For IEEE division this equals
+/// 1.0f / scale (a double is wide enough that the second rounding is
+/// innocuous); PyTorch takes the detour because FP32 division may be
+/// approximate under fast-math options.
+MPT_HD inline float inverse_scale(float scale) {
+  return static_cast<float>(1.0 / static_cast<double>(scale));
+}
+
 /// Unscale one gradient element in place and report whether it was
 /// non-finite. As in PyTorch, finiteness is judged on the *scaled* value
 /// (before the multiply), and the multiply happens either way; an
