@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "cuda_timing.hpp"
 #include "mpt_kernels.hpp"
 
@@ -42,12 +43,7 @@ int main(int argc, char** argv) {
 
   // Inputs spread over 48 binades as in the CPU benchmark, made on the host.
   std::vector<float> host(n);
-  std::uint64_t s = 0x9e3779b97f4a7c15ull;
-  for (float& x : host) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const int e = static_cast<int>((s >> 33) % 48) - 30;
-    x = std::ldexp(static_cast<float>(s >> 40) / 16777216.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
-  }
+  bench::fill_wide_range(host);
   float *d_in = nullptr, *d_copy = nullptr;
   std::uint16_t* d_16 = nullptr;
   std::uint8_t* d_8 = nullptr;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "bench_support.hpp"
 #include "mpt/rounding.hpp"
 #include "mpt/storage.hpp"
@@ -35,14 +36,7 @@ struct Buffers {
   std::vector<mpt::Fp8E4M3> e4;
   std::vector<mpt::Fp8E5M2> e5;
   explicit Buffers(std::size_t n) : in(n), out(n), h(n), b(n), e4(n), e5(n) {
-    // Values spread over fp16's whole range and beyond, so every branch of
-    // the rounding (normal, subnormal, overflow) is exercised.
-    std::uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (auto& x : in) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const int e = static_cast<int>((s >> 33) % 48) - 30;
-      x = std::ldexp(static_cast<float>(s >> 40) / 16777216.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
-    }
+    bench::fill_wide_range(in);  // every branch of the rounding is exercised
     std::memset(out.data(), 0, n * sizeof(float));  // touch pages before timing
     std::memset(h.data(), 0, n * 2);
     std::memset(b.data(), 0, n * 2);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "cuda_timing.hpp"
 #include "mpt_kernels.hpp"
 
@@ -56,12 +57,7 @@ int main(int argc, char** argv) {
 
   // --- unscale_and_check ------------------------------------------------------
   std::vector<float> host(n);
-  std::uint64_t s = 0x9e3779b97f4a7c15ull;
-  for (float& x : host) {  // finite gradients, |x| in [2^-20, 2^4)
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const int e = static_cast<int>((s >> 33) % 24) - 20;
-    x = std::ldexp(1.0f + static_cast<float>(s >> 41) / 8388608.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
-  }
+  bench::fill_gradients(host);  // finite gradients, |x| in [2^-20, 2^4)
   float *d_g = nullptr, *d_copy = nullptr, *d_params = nullptr;
   std::int32_t* d_tracker = nullptr;
   check(cudaMalloc(&d_g, n * 4), "cudaMalloc");

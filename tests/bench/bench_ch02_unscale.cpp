@@ -32,6 +32,7 @@
 
 #include <unistd.h>
 
+#include "bench_inputs.hpp"
 #include "bench_support.hpp"
 #include "mpt/unscale.hpp"
 
@@ -43,12 +44,7 @@ struct Buffers {
   std::vector<float> grads, out;
   mpt::TensorList list;
   explicit Buffers(std::size_t n) : grads(n), out(n) {
-    std::uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (float& x : grads) {  // finite, |x| in [2^-20, 2^4)
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const int e = static_cast<int>((s >> 33) % 24) - 20;
-      x = std::ldexp(1.0f + static_cast<float>(s >> 41) / 8388608.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
-    }
+    bench::fill_gradients(grads);  // finite, |x| in [2^-20, 2^4)
     std::memset(out.data(), 0, n * sizeof(float));  // touch pages before timing
     // An MLP-like mix of sizes (weights, biases, odd shapes), repeated until
     // N is used up; the last tensor takes what is left.
