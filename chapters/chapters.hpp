@@ -7,7 +7,7 @@
 // with them.
 #pragma once
 
-#include "mpt/pitfall.hpp"
+#include "mpt/core/pitfall.hpp"
 
 namespace mpt {
 

@@ -1,5 +1,5 @@
 # Chapter 02 — loss scaling and FP32 master weights: the real data sets.
-# Depends on: the `mpt` target (include this after it exists), zlib
+# Depends on: the `mpt_nn` target (include this after it exists), zlib
 # (Debian: zlib1g-dev), tools/fetch_digits.sh.
 #
 # MPT_DATA_DIR is where the library looks for digits.csv.gz by default
@@ -9,9 +9,9 @@
 set(MPT_DATA_DIR "${PROJECT_BINARY_DIR}/data" CACHE PATH
     "Directory holding the real data sets (digits.csv.gz); the env var MPT_DATA_DIR overrides it at run time")
 
-find_package(ZLIB REQUIRED)  # gzip reading in src/mpt/data.cpp
-target_link_libraries(mpt PRIVATE ZLIB::ZLIB)
-target_compile_definitions(mpt PRIVATE
+find_package(ZLIB REQUIRED)  # gzip reading in src/mpt/nn/data.cpp
+target_link_libraries(mpt_nn PRIVATE ZLIB::ZLIB)
+target_compile_definitions(mpt_nn PRIVATE
   MPT_DEFAULT_DATA_DIR="${MPT_DATA_DIR}"
   MPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 

@@ -16,8 +16,8 @@
 #include <sstream>
 #include <string>
 
-#include "mpt/explain.hpp"
-#include "mpt/format.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
 
 namespace {
 

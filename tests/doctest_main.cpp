@@ -1,3 +1,3 @@
-// Shared main() for every doctest suite (all chapters).
+// All chapters — the shared main() of every doctest suite.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>

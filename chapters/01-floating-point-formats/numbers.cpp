@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "mpt/explain.hpp"
-#include "mpt/format.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/rounding.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // Depends on: mpt/format.hpp, mpt/rounding.hpp (all rounding goes through
 // mpt::round_value), mpt/pitfall.hpp, and chapters.hpp (the declaration).
 //
-// Arithmetic follows what a GPU does (DESIGN.md §3): every operation is an
+// Arithmetic follows what a GPU does: every operation is an
 // fp32 operation, and a value is rounded to fp16/bf16 exactly where a GPU
 // would store it in that format. The `//! [id-broken]` / `//! [id-fixed]`
 // markers delimit the code the chapter text shows through Doxygen \snippet.
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "chapters.hpp"
-#include "mpt/explain.hpp"
-#include "mpt/format.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/rounding.hpp"
 
 namespace mpt {
 namespace {

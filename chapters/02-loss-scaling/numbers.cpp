@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
-#include "mpt/data.hpp"
-#include "mpt/explain.hpp"
-#include "mpt/format.hpp"
-#include "mpt/grad_scaler.hpp"
-#include "mpt/scaler_math.hpp"
-#include "mpt/layers.hpp"
-#include "mpt/mlp.hpp"
-#include "mpt/optim.hpp"
-#include "mpt/range_report.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/amp/scaler_math.hpp"
+#include "mpt/nn/layers.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/optim/optim.hpp"
+#include "mpt/formats/range_report.hpp"
+#include "mpt/formats/rounding.hpp"
 #include "training.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// Exercise kit (every chapter) — what every chapter's grader shares: the
+// All chapters — the exercise kit: what every chapter's grader shares: the
 // exercise list's types, float bit helpers, printing, and the collector of
 // the first few wrong answers. Depends on: the C++17 standard library only.
 // Shipped in every handout as grader/grader_kit.hpp.

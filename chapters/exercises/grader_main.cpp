@@ -1,4 +1,4 @@
-// Exercise kit (every chapter) — the grader's main(): runs the doctest test
+// All chapters — the exercise kit: the grader's main(): runs the doctest test
 // cases, scores one point per test case passed, prints points per exercise
 // and a total, and lets a student run one exercise (--exercise N.M).
 // Depends on: doctest, grader_kit.hpp, and the chapter's grader/grader.hpp,

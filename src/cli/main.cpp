@@ -1,11 +1,11 @@
-// Chapter 01 — floating-point formats and their limits: the `mpt` program
-// starts here (formats, explain, round, range, pitfalls, pitfall, tour);
-// later chapters add their own subcommands.
+// All chapters — the `mpt` program. Chapter 01 begins it (formats, explain,
+// round, range, pitfalls, pitfall, tour); later chapters add their own
+// subcommands.
 // Depends on: the mpt library (format, rounding, explain, range_report,
 // pitfall), mpt_chapters (the filled registry), CLI11, nlohmann_json;
 // Chapter 02's `scaler simulate` uses scaler_sim (and grad_scaler).
 //
-// Conventions (DESIGN.md §9): every number printed comes from the library;
+// Conventions: every number printed comes from the library;
 // bad input gets exactly one line on stderr naming what was wrong and the
 // valid choices, and exit code 2; nothing is half-written (all input is read
 // and checked before the first line of output, files are renamed into place).
@@ -31,12 +31,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "mpt/explain.hpp"
-#include "mpt/format.hpp"
-#include "mpt/pitfall.hpp"
-#include "mpt/range_report.hpp"
-#include "mpt/rounding.hpp"
-#include "mpt/scaler_sim.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/core/pitfall.hpp"
+#include "mpt/formats/range_report.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/amp/scaler_sim.hpp"
 
 namespace {
 

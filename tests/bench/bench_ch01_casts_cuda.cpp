@@ -1,5 +1,5 @@
 // Chapter 01 — GPU benchmark of the cast kernels and the range reduction.
-// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
+// Depends on: kernels/formats/formats_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
 // CUDA runtime.
 //
 // Times every kernel version on N floats (default 64M) with CUDA events and
@@ -21,7 +21,7 @@
 
 #include "bench_inputs.hpp"
 #include "cuda_timing.hpp"
-#include "mpt_kernels.hpp"
+#include "kernels/formats/formats_kernels.hpp"
 
 namespace {
 

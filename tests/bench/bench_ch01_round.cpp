@@ -22,8 +22,8 @@
 
 #include "bench_inputs.hpp"
 #include "bench_support.hpp"
-#include "mpt/rounding.hpp"
-#include "mpt/storage.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/formats/storage.hpp"
 
 namespace {
 
@@ -86,7 +86,7 @@ void round_store(benchmark::State& st, const char* fmt, mpt::RoundingMode mode) 
   st.counters["out_bytes"] = static_cast<double>(out_bytes);
 }
 
-/// The chapter's targets, as fractions of memcpy (issue #2).
+/// The chapter's targets, as fractions of memcpy.
 double target_for(const std::string& fmt, const std::string& mode) {
   if (mode == "sr") return 0.25;
   if (mode != "rne") return 0.0;

@@ -11,7 +11,7 @@
 // through the library's rounding and the GEMM inputs are widened to FP32, so
 // the time ratio is the price of the emulation, not a speed-up (no target).
 // The activation bytes are real allocations (Mlp::activation_bytes), so
-// their ratio is what mixed precision saves: the target (issue #4) is about
+// their ratio is what mixed precision saves: the target is about
 // half, printed as "meets target" when mixed / fp32 <= 0.55.
 //
 //   bench_ch02_mlp_step [--batch=128] [--sizes=256,512,512,10] [google-benchmark flags]
@@ -28,11 +28,11 @@
 #include <unistd.h>
 
 #include "bench_support.hpp"
-#include "mpt/data.hpp"
-#include "mpt/grad_scaler.hpp"
-#include "mpt/layers.hpp"
-#include "mpt/mlp.hpp"
-#include "mpt/optim.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/nn/layers.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/optim/optim.hpp"
 
 namespace {
 

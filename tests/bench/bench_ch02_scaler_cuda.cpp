@@ -1,5 +1,5 @@
 // Chapter 02 — GPU benchmark of the GradScaler kernels and the fp16 GEMM.
-// Depends on: kernels/mpt_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
+// Depends on: kernels/amp/amp_kernels.hpp and kernels/nn/nn_kernels.hpp (mpt::kernels), cuda_timing.hpp, the
 // CUDA runtime.
 //
 // Times with CUDA events (median of 21 after two warm-ups), each figure next
@@ -28,7 +28,8 @@
 
 #include "bench_inputs.hpp"
 #include "cuda_timing.hpp"
-#include "mpt_kernels.hpp"
+#include "kernels/amp/amp_kernels.hpp"
+#include "kernels/nn/nn_kernels.hpp"
 
 namespace {
 

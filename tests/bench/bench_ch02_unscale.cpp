@@ -11,7 +11,7 @@
 //   memcpy   of the same N floats into another buffer, in the same run
 // each with the AVX2 loop and the portable loop. GB/s counts the fp32 input
 // consumed per second (memcpy: the bytes it copies), so "x memcpy" is
-// memcpy's time over ours, as in bench_ch01_round. Targets (issue #4): fused
+// memcpy's time over ours, as in bench_ch01_round. Targets: fused
 // >= 0.6x memcpy, and fused >= 1.5x faster than two-pass. Printed, never
 // asserted: not a test.
 //
@@ -34,7 +34,7 @@
 
 #include "bench_inputs.hpp"
 #include "bench_support.hpp"
-#include "mpt/unscale.hpp"
+#include "mpt/amp/unscale.hpp"
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "mpt/explain.hpp"
-#include "mpt/range_classify.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/range_classify.hpp"
+#include "mpt/formats/rounding.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Chapter 01 — the derived limits, pinned (DESIGN.md §3), and the exhaustive
+// Chapter 01 — the derived limits, pinned, and the exhaustive
 // decode/encode round trip of every 16-bit and 8-bit code.
 // Depends on: mpt/format.hpp, mpt/round_element.hpp.
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "mpt/format.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/rounding.hpp"
 
 using namespace mpt;
 

@@ -2,7 +2,7 @@
 // Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest,
 // test_support.hpp (failed_claims, any_fails).
 //
-// The registry is the spine of the project (DESIGN.md §4): every entry must
+// The registry is the spine of the project: every entry must
 // still show its failure and its fix, and its checks must be able to fail,
 // so a demo that quietly stops reproducing anything fails CI.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "mpt/pitfall.hpp"
+#include "mpt/core/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "mpt/explain.hpp"
-#include "mpt/range_report.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/range_report.hpp"
 
 namespace {
 

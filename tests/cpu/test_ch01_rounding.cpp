@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "mpt/rounding.hpp"
-#include "mpt/storage.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/formats/storage.hpp"
 #include "test_support.hpp"
 
 using namespace mpt;

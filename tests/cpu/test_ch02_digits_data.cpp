@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "mpt/data.hpp"
-#include "mpt/layers.hpp"
-#include "mpt/mlp.hpp"
-#include "mpt/optim.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/nn/layers.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/optim/optim.hpp"
 
 using namespace mpt;
 

@@ -9,9 +9,9 @@
 #include <limits>
 #include <string>
 
-#include "mpt/data.hpp"
-#include "mpt/gemm.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/nn/gemm.hpp"
+#include "mpt/formats/rounding.hpp"
 
 using namespace mpt;
 

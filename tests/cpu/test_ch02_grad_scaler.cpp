@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/grad_scaler.hpp"
+#include "mpt/amp/grad_scaler.hpp"
 
 using mpt::GradScaler;
 using mpt::OptState;

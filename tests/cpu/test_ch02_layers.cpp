@@ -10,9 +10,9 @@
 #include <functional>
 #include <vector>
 
-#include "mpt/data.hpp"
-#include "mpt/layers.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/nn/layers.hpp"
+#include "mpt/formats/rounding.hpp"
 
 using namespace mpt;
 using MatD = Mat<double>;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "mpt/layers.hpp"
-#include "mpt/optim.hpp"
+#include "mpt/nn/layers.hpp"
+#include "mpt/optim/optim.hpp"
 
 using namespace mpt;
 

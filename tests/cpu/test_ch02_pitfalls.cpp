@@ -3,7 +3,7 @@
 // Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest.
 //
 // Every entry must still show its failure and its fix, its checks must be
-// able to fail, and its runs must be deterministic (DESIGN.md §4). The
+// able to fail, and its runs must be deterministic. The
 // numbers the chapter text builds on are pinned at the end. Each run is
 // made once and shared by the test cases (runs_of), plus once more for the
 // determinism check: the suite stays quick in sanitizer builds too.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/pitfall.hpp"
+#include "mpt/core/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "mpt/grad_scaler.hpp"
-#include "mpt/scaler_sim.hpp"
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/amp/scaler_sim.hpp"
 
 using mpt::ScalerSimulation;
 using mpt::ScalerSimulationSpec;

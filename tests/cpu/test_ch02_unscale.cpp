@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "mpt/scaler_math.hpp"
-#include "mpt/unscale.hpp"
+#include "mpt/amp/scaler_math.hpp"
+#include "mpt/amp/unscale.hpp"
 #include "test_support.hpp"
 
 using namespace mpt;

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/pitfall.hpp"
+#include "mpt/core/pitfall.hpp"
 
 namespace mpt_test {
 

@@ -2,7 +2,9 @@
 // (exit 77, CTest "Skipped") when there is no usable device, device buffers
 // that are poisoned before a kernel writes them, and llm.c-style reporting
 // of the first mismatch. Depends on: the CUDA runtime, doctest,
-// kernels/mpt_kernels.hpp. Include after defining DOCTEST_CONFIG_IMPLEMENT.
+// kernels/formats/formats_kernels.hpp (device_available); each test includes
+// the kernel header of its own tier. Include after defining
+// DOCTEST_CONFIG_IMPLEMENT.
 #pragma once
 
 #include <cinttypes>
@@ -18,7 +20,7 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
-#include "mpt_kernels.hpp"
+#include "kernels/formats/formats_kernels.hpp"
 
 namespace mpt::test {
 
@@ -61,11 +63,6 @@ class DeviceArray {
 /// The kernel version's name, for messages.
 inline const char* version_name(mpt::cuda::KernelVersion v) {
   return v == mpt::cuda::KernelVersion::simple ? "simple" : "vectorized";
-}
-
-/// The GEMM version's name, for messages.
-inline const char* version_name(mpt::cuda::GemmVersion v) {
-  return v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled";
 }
 
 /// True when got has want's bits, or (with nan_any_payload) both are NaN:

@@ -8,8 +8,8 @@
 
 #include <random>
 
-#include "mpt/format.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/rounding.hpp"
 #include "sweep_values.hpp"
 
 namespace {

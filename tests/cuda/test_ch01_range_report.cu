@@ -9,9 +9,9 @@
 
 #include <random>
 
-#include "mpt/format.hpp"
-#include "mpt/range_classify.hpp"
-#include "mpt/range_report.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/range_classify.hpp"
+#include "mpt/formats/range_report.hpp"
 #include "sweep_values.hpp"
 
 namespace {

@@ -24,16 +24,22 @@
 //     to spare while K u < 1/2.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "gpu_test_support.hpp"
+#include "kernels/nn/nn_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "mpt/round_element.hpp"
+#include "mpt/formats/round_element.hpp"
 #include "sweep_values.hpp"
 
 namespace {
+
+/// The GEMM version's name, for messages.
+const char* gemm_version_name(mpt::cuda::GemmVersion v) {
+  return v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled";
+}
 
 using mpt::cuda::GemmVersion;
 using mpt::cuda::Trans;
@@ -125,7 +131,7 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
   const std::size_t mn = static_cast<std::size_t>(s.M) * s.N;
   char label[160];
   std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s",
-                mpt::test::version_name(v), s.M, s.N, s.K, tA ? "^T" : "",
+                gemm_version_name(v), s.M, s.N, s.K, tA ? "^T" : "",
                 tB ? "^T" : "", inputs_name(kind));
 
   DeviceArray<std::uint16_t> d_a(a.codes), d_b(b.codes);

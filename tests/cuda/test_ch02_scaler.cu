@@ -13,6 +13,7 @@
 // even NaN payloads must match.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "gpu_test_support.hpp"
+#include "kernels/amp/amp_kernels.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,8 +21,8 @@
 #include <limits>
 #include <random>
 
-#include "mpt/scaler_math.hpp"
-#include "mpt/unscale.hpp"
+#include "mpt/amp/scaler_math.hpp"
+#include "mpt/amp/unscale.hpp"
 #include "sweep_values.hpp"
 
 namespace {
@@ -303,7 +304,7 @@ TEST_CASE("update_scale on the device follows mpt::update_scale step for step") 
 
 TEST_CASE("a whole GradScaler step on the device, 30 steps, against the CPU") {
   // Per step: reset found_inf, inverse scale, fused unscale, scale update —
-  // the sequence of mpt_kernels.hpp's Chapter 2 comment — with overflow on
+  // the sequence of amp_kernels.hpp's Chapter 2 comment — with overflow on
   // some steps. The CPU does the same with mpt::unscale_and_check and
   // mpt::update_scale; scale, tracker and gradients must agree exactly.
   const Layout L;

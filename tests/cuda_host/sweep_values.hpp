@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "mpt/round_element.hpp"
+#include "mpt/formats/round_element.hpp"
 
 namespace mpt::test {
 

@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "mpt/format.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/rounding.hpp"
 #include "sweep_values.hpp"
 
 namespace {

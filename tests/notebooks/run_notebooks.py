@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Notebooks (issue #3) — executes every notebooks/*.ipynb top to bottom with the
+# All chapters — the notebooks: executes every notebooks/*.ipynb top to bottom with the
 # project's xcpp17 kernel and checks (or stores) their outputs.
 # Depends on: requirements.txt and xcpp17_kernel.py beside this file, the
 # shared library built by notebooks/CMakeLists.txt, PyPI on the first run.

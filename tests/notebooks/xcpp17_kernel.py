@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Notebooks (issue #3) — the project's own `xcpp17` Jupyter kernel, which CI
+# All chapters — the notebooks: the project's own `xcpp17` Jupyter kernel, which CI
 # runs the notebooks with: each cell goes to Cling the way xeus-cling sends it.
 # Depends on: cppyy (Cling from PyPI's cppyy-cling) and ipykernel, pinned in
 # requirements.txt; shim/xcpp/xdisplay.hpp for xcpp::display.

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mpt/format.hpp"
+#include "mpt/formats/format.hpp"
 
 /// Chapter 1 exercises: fp16 by hand, the smallest update that moves an
 /// fp16 weight, and how much of a tensor a format flushes to zero.

@@ -15,10 +15,10 @@
 
 #include "ex01.hpp"
 #include "grader_kit.hpp"
-#include "mpt/format.hpp"
-#include "mpt/range_classify.hpp"
-#include "mpt/round_element.hpp"
-#include "mpt/rounding.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/range_classify.hpp"
+#include "mpt/formats/round_element.hpp"
+#include "mpt/formats/rounding.hpp"
 
 namespace mpt::ex01::grading {
 

@@ -15,8 +15,8 @@
 
 #include "ex02.hpp"
 #include "grader_kit.hpp"
-#include "mpt/scaler_math.hpp"
-#include "mpt/unscale.hpp"
+#include "mpt/amp/scaler_math.hpp"
+#include "mpt/amp/unscale.hpp"
 
 namespace mpt::ex02::grading {
 

@@ -1,4 +1,4 @@
-// Notebooks (issue #3) — stand-in for xeus-cling's <xcpp/xdisplay.hpp>, on the
+// All chapters — the notebooks: stand-in for xeus-cling's <xcpp/xdisplay.hpp>, on the
 // include path of the project's own xcpp17 kernel only (xcpp17_kernel.py).
 // Depends on: nlohmann/json (as the real header does), POSIX lseek.
 //

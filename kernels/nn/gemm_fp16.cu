@@ -1,0 +1,165 @@
+// Chapter 02 — loss scaling and FP32 master weights: the GEMM of the MLP in
+// mixed precision, fp16 inputs with FP32 accumulation (tensor cores come in
+// Chapter 6; these kernels use plain FMA units).
+// Depends on: mpt/round_element.hpp (fp32 -> fp16 for the fp16 output, the
+// CPU's rounding), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 -> fp32,
+// exact).
+//
+// Shapes (row-major, contiguous): op(A) M x K, op(B) K x N, C M x N; A is
+// stored [M, K] or, transposed, [K, M]; B is stored [K, N] or [N, K].
+// Both versions sum each output's products in the order k = 0..K-1 with one
+// fmaf each. fp16 x fp16 fits in FP32 exactly (11 + 11 significand bits, the
+// exponents well inside FP32's range), so fmaf(a, b, acc) rounds exactly once
+// like the CPU's acc += a * b: the results are bit-exact against a same-order
+// CPU loop, which is what tests/cuda/test_ch02_gemm.cu checks (besides the
+// order-independent error bound a future split-K or tensor-core version
+// would be held to).
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/formats/cuda_check.cuh"
+#include "kernels/nn/nn_kernels.hpp"
+#include "mpt/formats/round_element.hpp"
+
+namespace mpt::cuda {
+namespace {
+
+constexpr int kTile = 16;  // 16 x 16 outputs per block, one per thread
+
+// fp16 as a compile-time constant for device code (a host variable is not
+// addressable on the device; see casts.cu).
+struct Fp16 {
+  static constexpr FormatSpec spec = formats::fp16;
+};
+
+__device__ __forceinline__ float h2f(std::uint16_t code) {
+  return __half2float(__ushort_as_half(code));
+}
+
+// op(A)[m][k] and op(B)[k][n] for either storage.
+template <bool kTransA>
+__device__ __forceinline__ float a_at(const std::uint16_t* __restrict__ a, int m, int k, int M,
+                                      int K) {
+  return h2f(kTransA ? a[static_cast<std::size_t>(k) * M + m]
+                     : a[static_cast<std::size_t>(m) * K + k]);
+}
+template <bool kTransB>
+__device__ __forceinline__ float b_at(const std::uint16_t* __restrict__ b, int k, int n, int K,
+                                      int N) {
+  return h2f(kTransB ? b[static_cast<std::size_t>(n) * K + k]
+                     : b[static_cast<std::size_t>(k) * N + n]);
+}
+
+__device__ __forceinline__ void store(float* c, std::size_t i, float v) { c[i] = v; }
+__device__ __forceinline__ void store(std::uint16_t* c, std::size_t i, float v) {
+  constexpr FormatSpec f = Fp16::spec;
+  c[i] = static_cast<std::uint16_t>(encode_exact(
+      round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity,
+                      SubnormalMode::keep),
+      f));
+}
+
+// Version 1. Block (16, 16) threads, grid (ceil(N/16), ceil(M/16)); thread
+// (tx, ty) computes C[m][n] with m = 16*by + ty, n = 16*bx + tx, reading its
+// row of op(A) and column of op(B) straight from global memory.
+template <bool kTransA, bool kTransB, class Out>
+__global__ void gemm_naive(const std::uint16_t* __restrict__ a, const std::uint16_t* __restrict__ b,
+                           Out* __restrict__ c, int M, int N, int K) {
+  const int n = blockIdx.x * kTile + threadIdx.x;
+  const int m = blockIdx.y * kTile + threadIdx.y;
+  if (m >= M || n >= N) return;
+  float acc = 0.0f;
+  for (int k = 0; k < K; ++k) acc = fmaf(a_at<kTransA>(a, m, k, M, K), b_at<kTransB>(b, k, n, K, N), acc);
+  store(c, static_cast<std::size_t>(m) * N + n, acc);
+}
+
+// Version 2. Same grid and thread -> output map. The K dimension is walked in
+// 16-wide steps: the block first copies a 16 x 16 tile of op(A) and one of
+// op(B) into shared memory (decoded to fp32), then every thread takes its 16
+// products from there. Faster because each fp16 value is fetched from global
+// memory once per block instead of once per output that needs it (16x less
+// traffic); the naive kernel is bound by those repeated loads.
+// Loads are coalesced for every storage: consecutive threads (tx) read
+// consecutive addresses — along k for A [M,K] and B [N,K], along m or n for
+// A [K,M] and B [K,N] — and the +1 column of padding keeps the transposed
+// shared-memory writes free of bank conflicts. Out-of-range entries are
+// loaded as 0, so the extra terms are fmaf(0, 0, acc) = acc exactly (acc is
+// never -0: it starts at +0 and x + y is -0 in round-to-nearest only when
+// both are), and the sum order stays k = 0..K-1: the same bits as version 1.
+template <bool kTransA, bool kTransB, class Out>
+__global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint16_t* __restrict__ b,
+                           Out* __restrict__ c, int M, int N, int K) {
+  __shared__ float as[kTile][kTile + 1];  // as[i][kk] = op(A)[m0 + i][k0 + kk]
+  __shared__ float bs[kTile][kTile + 1];  // bs[kk][j] = op(B)[k0 + kk][n0 + j]
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += kTile) {
+    {  // A tile: A [M,K] walks k with tx; A [K,M] walks m with tx.
+      const int i = kTransA ? tx : ty, kk = kTransA ? ty : tx;
+      const int m = m0 + i, k = k0 + kk;
+      as[i][kk] = (m < M && k < K) ? a_at<kTransA>(a, m, k, M, K) : 0.0f;
+    }
+    {  // B tile: B [K,N] walks n with tx; B [N,K] walks k with tx.
+      const int kk = kTransB ? tx : ty, j = kTransB ? ty : tx;
+      const int k = k0 + kk, n = n0 + j;
+      bs[kk][j] = (k < K && n < N) ? b_at<kTransB>(b, k, n, K, N) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTile; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
+    __syncthreads();
+  }
+  const int m = m0 + ty, n = n0 + tx;
+  if (m < M && n < N) store(c, static_cast<std::size_t>(m) * N + n, acc);
+}
+
+template <class Out>
+void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
+            const std::uint16_t* d_b, Out* d_c, GemmVersion v) {
+  const char* where = "gemm_fp16";
+  if (M < 0 || N < 0 || K < 0)
+    throw std::invalid_argument("mpt::cuda::gemm_fp16: negative size (M=" + std::to_string(M) +
+                                ", N=" + std::to_string(N) + ", K=" + std::to_string(K) + ")");
+  if (v != GemmVersion::naive && v != GemmVersion::tiled)
+    throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown GemmVersion (choices: naive, tiled)");
+  if ((ta != Trans::no && ta != Trans::yes) || (tb != Trans::no && tb != Trans::yes))
+    throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown Trans (choices: no, yes)");
+  if (M == 0 || N == 0) return;
+  const unsigned int gy = static_cast<unsigned int>((M + kTile - 1) / kTile);
+  if (gy > 65535u)
+    throw std::length_error("mpt::cuda::gemm_fp16: M=" + std::to_string(M) +
+                            " needs more than 65535 row blocks");
+  const dim3 grid(static_cast<unsigned int>((N + kTile - 1) / kTile), gy);
+  const dim3 block(kTile, kTile);
+  const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
+  auto go = [&](auto kernel) { kernel<<<grid, block>>>(d_a, d_b, d_c, M, N, K); };
+  if (v == GemmVersion::naive) {
+    if (!tA && !tB) go(gemm_naive<false, false, Out>);
+    else if (!tA && tB) go(gemm_naive<false, true, Out>);
+    else if (tA && !tB) go(gemm_naive<true, false, Out>);
+    else go(gemm_naive<true, true, Out>);
+  } else {
+    if (!tA && !tB) go(gemm_tiled<false, false, Out>);
+    else if (!tA && tB) go(gemm_tiled<false, true, Out>);
+    else if (tA && !tB) go(gemm_tiled<true, false, Out>);
+    else go(gemm_tiled<true, true, Out>);
+  }
+  detail::check_launch(where);
+}
+
+}  // namespace
+
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
+               const std::uint16_t* d_b, float* d_c, GemmVersion v) {
+  launch(ta, tb, M, N, K, d_a, d_b, d_c, v);
+}
+
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
+               const std::uint16_t* d_b, std::uint16_t* d_c, GemmVersion v) {
+  launch(ta, tb, M, N, K, d_a, d_b, d_c, v);
+}
+
+}  // namespace mpt::cuda

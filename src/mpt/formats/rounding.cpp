@@ -1,0 +1,77 @@
+// Chapter 01 — floating-point formats and their limits.
+// Depends on: rounding.hpp, rounding_impl.hpp, cpu_dispatch.hpp. The portable
+// loops are the reference; the AVX2 path is used only when the CPU has AVX2
+// and F16C.
+#include "mpt/formats/rounding.hpp"
+
+#include <stdexcept>
+
+#include "mpt/formats/cpu_dispatch.hpp"
+#include "mpt/formats/rounding_impl.hpp"
+
+namespace mpt {
+
+using detail::params_for;
+
+namespace {
+
+/// detail::use_avx2 with this file's message for an unavailable AVX2 path.
+bool use_avx2(Implementation impl) {
+  return detail::use_avx2(impl, "the AVX2 rounding path is not available on this CPU/build");
+}
+
+}  // namespace
+
+bool avx2_available() {
+#if defined(MPT_HAVE_AVX2_PATH)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+                         __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+float round_value(float x, const Format& f, const RoundingOptions& o, std::uint64_t index) {
+  return detail::round_one(x, params_for(f, o), index);
+}
+
+void round_array(const float* in, float* out, std::size_t n, const Format& f,
+                 const RoundingOptions& o, std::uint64_t first_index, Implementation impl) {
+  const detail::RoundParams p = params_for(f, o);
+#if defined(MPT_HAVE_AVX2_PATH)
+  if (use_avx2(impl)) {
+    detail::round_avx2(in, out, n, p, first_index);
+    return;
+  }
+#else
+  (void)use_avx2(impl);
+#endif
+  for (std::size_t i = 0; i < n; ++i) out[i] = detail::round_one(in[i], p, first_index + i);
+}
+
+void encode_array(const float* in, std::uint32_t* codes, std::size_t n, const Format& f,
+                  const RoundingOptions& o, std::uint64_t first_index) {
+  const detail::RoundParams p = params_for(f, o);
+  for (std::size_t i = 0; i < n; ++i)
+    codes[i] = encode_exact(detail::round_one(in[i], p, first_index + i), p.spec);
+}
+
+RoundingMode rounding_mode_named(std::string_view name) {
+  if (name == "rne") return RoundingMode::nearest_even;
+  if (name == "rtz") return RoundingMode::toward_zero;
+  if (name == "sr") return RoundingMode::stochastic;
+  throw std::invalid_argument("unknown rounding mode '" + std::string(name) +
+                              "'; valid modes: rne, rtz, sr");
+}
+
+std::string_view rounding_mode_name(RoundingMode m) {
+  switch (m) {
+    case RoundingMode::nearest_even: return "rne";
+    case RoundingMode::toward_zero: return "rtz";
+    case RoundingMode::stochastic: return "sr";
+  }
+  return "?";
+}
+
+}  // namespace mpt

@@ -1,0 +1,241 @@
+// Chapter 02 — loss scaling and FP32 master weights.
+// Depends on: gemm.hpp (Tensor, GEMM), parameter.hpp; Chapter 1 rounding.
+//
+// Layers with forward and backward written out (no autograd, as in llm.c):
+// Linear, ReLU, GELU, and this chapter's losses (softmax cross-entropy, MSE).
+//
+// Two levels. `layer_math` holds the formulas once, templated on the scalar:
+// the training path runs them in float, the tests run them in double and
+// check every backward against central finite differences. The functions
+// in `mpt` are the mixed-precision layers: they read stored tensors, compute
+// in FP32 and round their outputs into the run's precision exactly where a
+// GPU does (GEMM outputs, elementwise outputs, gradients flowing back).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mpt/nn/gemm.hpp"
+#include "mpt/nn/parameter.hpp"
+
+namespace mpt {
+
+/// Which GELU, with PyTorch's names (torch.nn.GELU(approximate=...)).
+enum class GeluApproximation : std::uint8_t {
+  none,  ///< exact: 0.5·x·(1 + erf(x/√2)); PyTorch's default
+  tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as in GPT-2 and llm.c
+};
+
+namespace layer_math {
+
+/// Linear forward. x [B, in], w [out, in], b [1, out] → y [B, out] = x·wᵀ + b.
+template <typename T>
+Mat<T> linear_forward(const Mat<T>& x, const Mat<T>& w, const Mat<T>& b) {
+  Mat<T> y = matmul<T>(x, Op::N, w, Op::T);
+  y.rowwise() += b.row(0);
+  return y;
+}
+
+/// The three gradients of a Linear layer.
+template <typename T>
+struct LinearGrads {
+  Mat<T> dx;  ///< [B, in]   = dy · w
+  Mat<T> dw;  ///< [out, in] = dyᵀ · x
+  Mat<T> db;  ///< [1, out]  = Σ over the batch of dy
+};
+
+/// Linear backward. x [B, in], w [out, in], dy [B, out].
+template <typename T>
+LinearGrads<T> linear_backward(const Mat<T>& x, const Mat<T>& w, const Mat<T>& dy) {
+  return {matmul<T>(dy, Op::N, w, Op::N), matmul<T>(dy, Op::T, x, Op::N), dy.colwise().sum()};
+}
+
+/// ReLU forward, elementwise: max(x, 0).
+template <typename T>
+Mat<T> relu_forward(const Mat<T>& x) {
+  return x.unaryExpr([](T v) { return v > T(0) ? v : T(0); });
+}
+
+/// ReLU backward: dy where the ReLU's output (equivalently its input) is
+/// positive, else 0 — PyTorch's threshold_backward on the saved output.
+template <typename T>
+Mat<T> relu_backward(const Mat<T>& y, const Mat<T>& dy) {
+  return dy.binaryExpr(y, [](T g, T v) { return v > T(0) ? g : T(0); });
+}
+
+/// GELU of one value.
+template <typename T>
+T gelu(T x, GeluApproximation a) {
+  if (a == GeluApproximation::tanh) {
+    const T k = T(0.7978845608028654);  // √(2/π)
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));  // x/√2
+}
+
+/// dGELU/dx of one value.
+template <typename T>
+T gelu_grad(T x, GeluApproximation a) {
+  if (a == GeluApproximation::tanh) {
+    const T k = T(0.7978845608028654);
+    const T t = std::tanh(k * (x + T(0.044715) * x * x * x));
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3 * 0.044715) * x * x);
+  }
+  // Φ(x) + x·φ(x), φ the standard normal density.
+  const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476)));
+  const T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * x * x);  // 1/√(2π)
+  return cdf + x * pdf;
+}
+
+/// GELU forward, elementwise.
+template <typename T>
+Mat<T> gelu_forward(const Mat<T>& x, GeluApproximation a) {
+  return x.unaryExpr([a](T v) { return gelu(v, a); });
+}
+
+/// GELU backward: dy ⊙ gelu'(x), x the GELU's saved input.
+template <typename T>
+Mat<T> gelu_backward(const Mat<T>& x, const Mat<T>& dy, GeluApproximation a) {
+  return dy.binaryExpr(x, [a](T g, T v) { return g * gelu_grad(v, a); });
+}
+
+/// Throws std::invalid_argument unless labels has one class id in
+/// [0, classes) per row (PyTorch: "Target 10 is out of bounds.").
+inline void check_labels(Eigen::Index rows, Eigen::Index classes, const std::vector<int>& labels) {
+  if (static_cast<Eigen::Index>(labels.size()) != rows)
+    throw std::invalid_argument("cross_entropy: " + std::to_string(labels.size()) +
+                                " labels for " + std::to_string(rows) + " rows of logits");
+  for (int y : labels)
+    if (y < 0 || y >= classes)
+      throw std::invalid_argument("cross_entropy: target " + std::to_string(y) +
+                                  " is out of bounds (classes 0.." +
+                                  std::to_string(classes - 1) + ")");
+}
+
+/// Mean softmax cross-entropy (PyTorch's F.cross_entropy, reduction='mean').
+/// logits [B, C], labels B class ids. Each row's max is subtracted before
+/// exp so nothing overflows; Chapter 4 returns to this function's accuracy.
+template <typename T>
+T cross_entropy_forward(const Mat<T>& logits, const std::vector<int>& labels) {
+  check_labels(logits.rows(), logits.cols(), labels);
+  T total = T(0);
+  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    const T m = logits.row(i).maxCoeff();
+    T sum = T(0);
+    for (Eigen::Index j = 0; j < logits.cols(); ++j) sum += std::exp(logits(i, j) - m);
+    // −log softmax at the label, as log-softmax computes it: (z_y − m) is
+    // exact-ish and small, so no large m cancels against m.
+    total += std::log(sum) - (logits(i, labels[static_cast<std::size_t>(i)]) - m);
+  }
+  return total / T(logits.rows());
+}
+
+/// Gradient of dloss · cross_entropy_forward: [B, C] = dloss·(softmax − onehot)/B.
+/// dloss is the gradient arriving from above: 1 for the plain loss, the loss
+/// scale S when the loss was multiplied by S (GradScaler::scale).
+template <typename T>
+Mat<T> cross_entropy_backward(const Mat<T>& logits, const std::vector<int>& labels, T dloss) {
+  check_labels(logits.rows(), logits.cols(), labels);
+  const T g = dloss / T(logits.rows());
+  Mat<T> d(logits.rows(), logits.cols());
+  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    const T m = logits.row(i).maxCoeff();
+    T sum = T(0);
+    for (Eigen::Index j = 0; j < logits.cols(); ++j) sum += (d(i, j) = std::exp(logits(i, j) - m));
+    for (Eigen::Index j = 0; j < logits.cols(); ++j) {
+      const T onehot = j == labels[static_cast<std::size_t>(i)] ? T(1) : T(0);
+      d(i, j) = (d(i, j) / sum - onehot) * g;
+    }
+  }
+  return d;
+}
+
+/// Throws std::invalid_argument unless prediction and target have one shape.
+inline void check_same_shape(Eigen::Index r1, Eigen::Index c1, Eigen::Index r2, Eigen::Index c2) {
+  if (r1 != r2 || c1 != c2)
+    throw std::invalid_argument("mse: prediction is " + shape_string(r1, c1) +
+                                " but target is " + shape_string(r2, c2));
+}
+
+/// Mean squared error over all elements (PyTorch's MSELoss, reduction='mean').
+template <typename T>
+T mse_forward(const Mat<T>& pred, const Mat<T>& target) {
+  check_same_shape(pred.rows(), pred.cols(), target.rows(), target.cols());
+  return (pred - target).squaredNorm() / T(pred.size());
+}
+
+/// Gradient of dloss · mse_forward: 2·dloss·(pred − target)/N, N all elements.
+template <typename T>
+Mat<T> mse_backward(const Mat<T>& pred, const Mat<T>& target, T dloss) {
+  check_same_shape(pred.rows(), pred.cols(), target.rows(), target.cols());
+  return (pred - target) * (T(2) * dloss / T(pred.size()));
+}
+
+}  // namespace layer_math
+
+// --- parameters in a run's precision -----------------------------------------
+
+/// A parameter holding `init`: FP32 master = init, FP32 grad = 0 (same
+/// shape), and for fp16/bf16 the model copy = init rounded into p.
+Parameter make_parameter(std::string name, MatrixF init, Precision p);
+/// The precision forward and backward read the parameter in: that of its
+/// model copy, or fp32 when it has none (then they read the master).
+Precision model_precision(const Parameter& p);
+/// What forward and backward read: the model copy, or the master for fp32.
+MatrixRef model_copy(const Parameter& p);
+/// Round the master into the model copy (after an optimizer step); no-op
+/// when there is no model copy.
+void refresh_model_copy(Parameter& p);
+
+// --- mixed-precision layers --------------------------------------------------
+
+/// Linear forward. x [B, in] and the weight [out, in] and bias [1, out]
+/// model copies must share x's precision; y [B, out] = x·Wᵀ + b is one
+/// GEMM with FP32 accumulation and the bias added in FP32, rounded once
+/// into x's precision.
+Tensor linear_forward(const Tensor& x, const Parameter& weight, const Parameter& bias);
+
+/// Linear backward, everything in dy's precision p (x, dy and the model
+/// copies must share it):
+///  - dx [B, in] = dy·W: GEMM, FP32 accumulation, stored in p (returned;
+///    an empty tensor when want_dx is false, as for a network's first layer);
+///  - dW [out, in] = dyᵀ·x and db [1, out] = Σ dy: FP32 accumulation,
+///    rounded into p, then widened and *added* to weight.grad and bias.grad
+///    (FP32). The rounding is the one a GPU run makes: the gradient of an
+///    fp16 weight is an fp16 tensor (autocast, Apex O2) until it reaches the
+///    FP32 master's grad, so a weight gradient below fp16's range is zero.
+///    Adding, not assigning, is PyTorch's .grad accumulation.
+Tensor linear_backward(const Tensor& x, const Tensor& dy, Parameter& weight, Parameter& bias,
+                       bool want_dx = true);
+
+/// ReLU forward: max(x, 0) in x's precision (exact).
+Tensor relu_forward(const Tensor& x);
+/// ReLU backward from the saved output y (or input: same sign pattern):
+/// dy where y > 0, else 0, in dy's precision.
+Tensor relu_backward(const Tensor& y, const Tensor& dy);
+/// GELU forward: computed in FP32 from the widened x, stored in x's precision.
+Tensor gelu_forward(const Tensor& x, GeluApproximation a = GeluApproximation::none);
+/// GELU backward from the saved input x: dy·gelu'(x) in FP32, stored in dy's precision.
+Tensor gelu_backward(const Tensor& x, const Tensor& dy,
+                     GeluApproximation a = GeluApproximation::none);
+
+/// Mean softmax cross-entropy of logits [B, C] (any precision, widened to
+/// FP32 first — autocast runs the loss in FP32) against B class ids.
+float cross_entropy_loss(const Tensor& logits, const std::vector<int>& labels);
+/// Its gradient dloss·(softmax − onehot)/B, computed in FP32 and stored in
+/// the logits' precision (the gradient of an fp16 tensor is fp16): the first
+/// place where small gradients flush to zero when dloss (the loss scale) is 1.
+Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels,
+                              float dloss = 1.0f);
+/// Mean squared error of pred [B, K] (widened to FP32) against an FP32 target.
+float mse_loss(const Tensor& pred, const MatrixF& target);
+/// Its gradient 2·dloss·(pred − target)/(B·K) in FP32, stored in pred's precision.
+Tensor mse_backward(const Tensor& pred, const MatrixF& target, float dloss = 1.0f);
+
+/// Fraction of rows whose largest logit is at the label (ties: lowest index).
+double accuracy(const Tensor& logits, const std::vector<int>& labels);
+
+}  // namespace mpt
