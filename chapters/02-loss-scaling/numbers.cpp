@@ -24,9 +24,10 @@
 #include "mpt/formats/format.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 #include "mpt/formats/range_report.hpp"
 #include "mpt/formats/rounding.hpp"
 #include "training.hpp"
@@ -74,7 +75,7 @@ bool same_bits(float a, float b) {
 int chain_rule() {
   const float scale = GradScaler::Options{}.init_scale;
   constexpr int kSteps = kTinyTargetSteps / 2;
-  TinyTargetRun tiny(Precision::fp32);
+  TinyTargetRun tiny(DType::f32);
   for (int step = 0; step < kSteps; ++step) plain_step(tiny.net, tiny.opt, tiny.batches);
   Mlp& trained = tiny.net;
   const Dataset tiny_batch = tiny.batches.next();
@@ -89,12 +90,12 @@ int chain_rule() {
               "g_1 == 0", "g_1 subn.", "differ, g_1 normal");
   struct Run {
     const char* name;
-    Precision p;
+    DType p;
     bool tiny;
   };
-  for (const Run& run : {Run{"blobs fp32", Precision::fp32, false}, Run{"blobs fp16", Precision::fp16, false},
-                         Run{"tiny fp32", Precision::fp32, true}, Run{"tiny fp16", Precision::fp16, true}}) {
-    const Precision p = run.p;
+  for (const Run& run : {Run{"blobs fp32", DType::f32, false}, Run{"blobs fp16", DType::f16, false},
+                         Run{"tiny fp32", DType::f32, true}, Run{"tiny fp16", DType::f16, true}}) {
+    const DType p = run.p;
     // Two identical networks: the pitfalls' blobs classifier, or a fresh
     // tiny-target network holding the trained FP32 weights.
     const auto make = [&] {
@@ -123,12 +124,12 @@ int chain_rule() {
     };
     Group act{"activation gradients", {}, {}}, weight{"weight gradients", {}, {}};
     for (std::size_t i = 0; i < plain.activation_gradients().size(); ++i) {
-      act.g1.push_back(plain.activation_gradients()[i].to_fp32());
-      act.gS.push_back(scaled.activation_gradients()[i].to_fp32());
+      act.g1.push_back(plain.activation_gradients()[i].to_matrix());
+      act.gS.push_back(scaled.activation_gradients()[i].to_matrix());
     }
     for (std::size_t i = 0; i < plain.parameters().size(); ++i) {
-      weight.g1.push_back(plain.parameters()[i]->grad);
-      weight.gS.push_back(scaled.parameters()[i]->grad);
+      weight.g1.push_back(plain.parameters()[i]->grad.f32());
+      weight.gS.push_back(scaled.parameters()[i]->grad.f32());
     }
     for (const Group* g : {&act, &weight}) {
       long n = 0, exact = 0, zero = 0, subnormal = 0, differ_normal = 0;
@@ -163,25 +164,25 @@ int memory() {
               "Tensor::bytes, AdamW::state_bytes, Mlp::activation_bytes)\n\n");
   struct Column {
     const char* name;
-    Precision p;
+    DType p;
     double params = 0, forward_weights = 0, masters = 0, grads = 0, adam = 0;
     std::vector<double> activations;
   };
-  std::vector<Column> cols = {{"FP32 training", Precision::fp32, 0, 0, 0, 0, 0, {}},
-                              {"fp16, FP32 masters", Precision::fp16, 0, 0, 0, 0, 0, {}}};
+  std::vector<Column> cols = {{"FP32 training", DType::f32, 0, 0, 0, 0, 0, {}},
+                              {"fp16, FP32 masters", DType::f16, 0, 0, 0, 0, 0, {}}};
   for (Column& c : cols) {
     Mlp net(mlp_config(sizes, c.p, 1));
     AdamW opt(net.parameters());
     for (Parameter* p : net.parameters()) {
-      c.params += static_cast<double>(p->master.size());
-      const double master = static_cast<double>(p->master.size()) * sizeof(float);
-      const double copy = static_cast<double>(p->model_fp16.size()) * sizeof(Eigen::half);
-      c.forward_weights += c.p == Precision::fp32 ? master : copy;
-      c.masters += c.p == Precision::fp32 ? 0 : master;
-      c.grads += static_cast<double>(p->grad.size()) * sizeof(float);
+      c.params += static_cast<double>(p->master.numel());
+      const double master = static_cast<double>(p->master.numel()) * sizeof(float);
+      const double copy = static_cast<double>(p->model_bytes());
+      c.forward_weights += c.p == DType::f32 ? master : copy;
+      c.masters += c.p == DType::f32 ? 0 : master;
+      c.grads += static_cast<double>(p->grad.numel()) * sizeof(float);
     }
     // AdamW creates m and v with the optimizer; one step fills them.
-    for (Parameter* p : net.parameters()) p->grad.setZero();
+    for (Parameter* p : net.parameters()) p->grad.fill_zero();
     opt.step();
     c.adam = static_cast<double>(opt.state_bytes());
     Rng rng(5);
@@ -219,12 +220,12 @@ int memory() {
 // Mlp::activation_gradients() at every step, against fp16's range, before
 // and after multiplying by a loss scale.
 int figure(const std::string& dir) {
-  TinyTargetRun run(Precision::fp32);
+  TinyTargetRun run(DType::f32);
   std::vector<float> g;
   for (int step = 0; step < kTinyTargetSteps; ++step)
     plain_step(run.net, run.opt, run.batches, [&] {
       for (const Tensor& t : run.net.activation_gradients()) {
-        const MatrixF v = t.to_fp32();
+        const MatrixF v = t.to_matrix();
         g.insert(g.end(), v.data(), v.data() + v.size());
       }
     });
@@ -303,22 +304,22 @@ int adam_eps() {
   std::printf("%-6s %-8s %-14s %16s %18s %10s\n", "state", "eps", "eps in state", "max |dw|/lr step 1",
               "inf/NaN weights", "accuracy");
   struct Case {
-    Precision state;
+    DType state;
     double eps;
   };
-  for (const Case& c : {Case{Precision::fp16, 1e-8}, Case{Precision::fp16, 1e-7}, Case{Precision::fp16, 1e-6},
-                        Case{Precision::fp16, 1e-4}, Case{Precision::fp16, 1e-3}, Case{Precision::fp32, 1e-8}}) {
-    Mlp net(mlp_config(kBlobsNet, Precision::fp16, kBlobsSeed));
+  for (const Case& c : {Case{DType::f16, 1e-8}, Case{DType::f16, 1e-7}, Case{DType::f16, 1e-6},
+                        Case{DType::f16, 1e-4}, Case{DType::f16, 1e-3}, Case{DType::f32, 1e-8}}) {
+    Mlp net(mlp_config(kBlobsNet, DType::f16, kBlobsSeed));
     Batches batches(blobs().train, 64, kBatchSeed);
     GradScaler scaler;
     AdamWOptions o;
     o.eps = c.eps;
-    o.state_format = c.state;
+    o.state_dtype = c.state;
     AdamW opt(net.parameters(), o);
     double first = 0;
     for (int step = 1; step <= 100; ++step) {
       std::vector<MatrixF> before;
-      for (Parameter* p : net.parameters()) before.push_back(p->master);
+      for (Parameter* p : net.parameters()) before.push_back(p->master.f32());
       scaled_backward(net, opt, batches, scaler);
       const bool stepped = scaler.step(opt);
       scaler.update();
@@ -327,16 +328,16 @@ int adam_eps() {
         // The decoupled weight decay moves every weight by lr*wd*w too; it is
         // far below lr and does not change the maximum's order.
         for (std::size_t i = 0; i < before.size(); ++i) {
-          const MatrixF d = (net.parameters()[i]->master - before[i]).cwiseAbs();
+          const MatrixF d = (net.parameters()[i]->master.f32() - before[i]).cwiseAbs();
           const float m = d.array().isFinite().all() ? d.maxCoeff() : std::numeric_limits<float>::infinity();
           first = std::max(first, static_cast<double>(m) / o.lr);
         }
       }
     }
     double bad = 0;
-    for (const Parameter* p : net.parameters()) bad += static_cast<double>((!p->master.array().isFinite()).count());
+    for (const Parameter* p : net.parameters()) bad += static_cast<double>((!p->master.f32().array().isFinite()).count());
     const float stored = round_value(static_cast<float>(c.eps), format_of(c.state));
-    std::printf("%-6s %-8s %-14s %16s %18.0f %10s\n", std::string(precision_name(c.state)).c_str(),
+    std::printf("%-6s %-8s %-14s %16s %18.0f %10s\n", std::string(format_of(c.state).name).c_str(),
                 g6(c.eps).c_str(), dec(stored).c_str(), g6(first).c_str(), bad,
                 g6(accuracy(net.forward(blobs().test.x), blobs().test.labels)).c_str());
   }
@@ -347,7 +348,7 @@ int adam_eps() {
 
 /// A one-parameter-set model for the scaler claims: Mlp 2-2 in fp16 and SGD.
 struct Toy {
-  Mlp net{mlp_config({2, 2}, Precision::fp16, 1)};
+  Mlp net{mlp_config({2, 2}, DType::f16, 1)};
   SGD opt{net.parameters(), SgdOptions{}};
   MatrixF x = MatrixF::Constant(1, 2, 0.5f);
   std::vector<int> labels{1};
@@ -411,7 +412,7 @@ void claim_scale_floor() {
   while (scaler.get_scale() != 0.0f && step < 1000) {
     (void)scaler.scale(1.0f);
     t.backward(1.0f);
-    t.net.parameters()[0]->grad(0, 0) = std::numeric_limits<float>::infinity();
+    t.net.parameters()[0]->grad.f32()(0, 0) = std::numeric_limits<float>::infinity();
     scaler.step(t.opt);
     scaler.update();
     ++step;
@@ -426,13 +427,13 @@ void claim_scale_floor() {
   // One more iteration at scale 0, with finite gradients.
   const float loss = scaler.scale(2.5f);
   t.backward(scaler.get_scale());
-  const float grad_before = t.net.parameters()[0]->grad(0, 0);
+  const float grad_before = t.net.parameters()[0]->grad.f32()(0, 0);
   const bool stepped = scaler.step(t.opt);
-  const float grad_after = t.net.parameters()[0]->grad(0, 0);
+  const float grad_after = t.net.parameters()[0]->grad.f32()(0, 0);
   double bad = 0, weights = 0;
   for (const Parameter* p : t.net.parameters()) {
-    bad += static_cast<double>((!p->master.array().isFinite()).count());
-    weights += static_cast<double>(p->master.size());
+    bad += static_cast<double>((!p->master.f32().array().isFinite()).count());
+    weights += static_cast<double>(p->master.numel());
   }
   const float inv = mpt::inverse_scale(scaler.get_scale());  // as unscale() takes it
   std::printf("  at scale 0: scaled loss %s, gradient %s, inverse scale 1/0 = %s,\n"
@@ -451,20 +452,20 @@ void claim_bf16() {
   std::printf("claim: \"bf16 needs loss scaling as much as fp16\"\n");
   std::printf("  the pitfall no-loss-scaling's run, without a scale, in three precisions:\n");
   std::printf("    %-6s %22s %16s\n", "", "activation grads = 0", "relative loss");
-  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
+  for (DType p : {DType::f32, DType::f16, DType::bf16}) {
     TinyTargetRun run(p);
     double zeros = 0, total = 0;
     for (int step = 0; step < kTinyTargetSteps; ++step)
       plain_step(run.net, run.opt, run.batches, [&] {
         for (const Tensor& t : run.net.activation_gradients()) {
-          const MatrixF v = t.to_fp32();
+          const MatrixF v = t.to_matrix();
           zeros += static_cast<double>((v.array() == 0.0f).count());
           total += static_cast<double>(v.size());
         }
       });
     const double loss =
         mse_loss(run.net.forward(tiny_targets().x), tiny_targets().targets) / target_power(tiny_targets());
-    std::printf("    %-6s %22s %16s\n", std::string(precision_name(p)).c_str(), pct(zeros / total).c_str(),
+    std::printf("    %-6s %22s %16s\n", std::string(format_of(p).name).c_str(), pct(zeros / total).c_str(),
                 g6(loss).c_str());
   }
   std::printf("  verdict: wrong. bf16 has FP32's exponent range (smallest normal 2^-126), so these\n"

@@ -26,9 +26,10 @@
 #include "mpt/formats/format.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 #include "mpt/formats/rounding.hpp"
 #include "training.hpp"
 
@@ -62,7 +63,7 @@ double set_accuracy(Mlp& net, const Dataset& d) { return accuracy(net.forward(d.
 double dense_zero_fraction(const std::vector<Tensor>& grads) {
   double zeros = 0, n = 0;
   for (std::size_t k = 0; k < grads.size(); k += (k == 0 ? 1 : 2)) {
-    const MatrixF g = grads[k].to_fp32();
+    const MatrixF g = grads[k].to_matrix();
     zeros += static_cast<double>((g.array() == 0.0f).count());
     n += static_cast<double>(g.size());
   }
@@ -73,21 +74,21 @@ double dense_zero_fraction(const std::vector<Tensor>& grads) {
 double nonfinite_weights(Mlp& net) {
   double n = 0;
   for (const Parameter* p : net.parameters())
-    n += static_cast<double>((!p->master.array().isFinite()).count());
+    n += static_cast<double>((!p->master.f32().array().isFinite()).count());
   return n;
 }
 
 /// L2 norm over every gradient, summed in double.
 double grad_norm(const std::vector<Parameter*>& params) {
   double sq = 0;
-  for (const Parameter* p : params) sq += p->grad.cast<double>().squaredNorm();
+  for (const Parameter* p : params) sq += p->grad.f32().cast<double>().squaredNorm();
   return std::sqrt(sq);
 }
 
 /// The gradients of a parameter list, copied (to compare them later).
 std::vector<MatrixF> grads_of(const std::vector<Parameter*>& params) {
   std::vector<MatrixF> g;
-  for (const Parameter* p : params) g.push_back(p->grad);
+  for (const Parameter* p : params) g.push_back(p->grad.f32());
   return g;
 }
 
@@ -118,7 +119,7 @@ float clip_grad_norm(const std::vector<Parameter*>& params, float max_norm) {
   const float total = static_cast<float>(grad_norm(params));
   const float coef = max_norm / (total + 1e-6f);
   const float clamped = std::min(coef, 1.0f);  // torch.clamp(clip_coef, max=1.0)
-  for (Parameter* p : params) p->grad *= clamped;
+  for (Parameter* p : params) p->grad.f32() *= clamped;
   return total;
 }
 
@@ -129,7 +130,7 @@ struct BlobsRun {
   Mlp net;
   SGD opt;
   Batches batches;
-  BlobsRun(Precision p, double lr, Eigen::Index batch, MasterWeights mw = MasterWeights::fp32)
+  BlobsRun(DType p, double lr, Eigen::Index batch, MasterWeights mw = MasterWeights::fp32)
       : net([&] {
           MlpConfig c = mlp_config(kBlobsNet, p, kBlobsSeed);
           c.master_weights = mw;
@@ -168,16 +169,16 @@ struct UnderflowRun {
 /// weights before the first step).
 void measure_end(UnderflowRun& r, Mlp& net, const MatrixF& fc1) {
   r.relative_loss = set_loss(net, tiny_targets()) / target_power(tiny_targets());
-  r.fc1_change = (net.parameters()[0]->master - fc1).norm() / fc1.norm();
+  r.fc1_change = (net.parameters()[0]->master.f32() - fc1).norm() / fc1.norm();
 }
 
 /// A tiny-target run without loss scaling: in fp16 the broken run, in FP32
 /// the baseline of both runs (FP32 holds these gradients).
-UnderflowRun tiny_target_unscaled(Precision p) {
+UnderflowRun tiny_target_unscaled(DType p) {
   TinyTargetRun run(p);
   Mlp& net = run.net;
   AdamW& opt = run.opt;
-  const MatrixF fc1 = net.parameters()[0]->master;
+  const MatrixF fc1 = net.parameters()[0]->master.f32();
   UnderflowRun r;
   //! [no-loss-scaling-broken]
   // fp16 activations and gradients, FP32 master weights, no loss scaling:
@@ -197,7 +198,7 @@ UnderflowRun tiny_target_unscaled(Precision p) {
 }
 
 RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
-  static const UnderflowRun base = tiny_target_unscaled(Precision::fp32);  // deterministic: train it once
+  static const UnderflowRun base = tiny_target_unscaled(DType::f32);  // deterministic: train it once
   RunResult out;
   out.setup = std::move(setup);
   out.outcomes = {
@@ -227,16 +228,16 @@ RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
 }
 
 RunResult no_loss_scaling_broken() {
-  return underflow_outcomes(tiny_target_unscaled(Precision::fp16),
+  return underflow_outcomes(tiny_target_unscaled(DType::f16),
                             "fp16 MLP 8-32-32-4 on the tiny-target regression, no loss scaling");
 }
 
 RunResult no_loss_scaling_fixed() {
-  TinyTargetRun run(Precision::fp16);
+  TinyTargetRun run(DType::f16);
   Mlp& net = run.net;
   AdamW& opt = run.opt;
   Batches& batches = run.batches;
-  const MatrixF fc1 = net.parameters()[0]->master;
+  const MatrixF fc1 = net.parameters()[0]->master.f32();
   UnderflowRun r;
   //! [no-loss-scaling-fixed]
   GradScaler scaler;  // PyTorch's defaults: scale 2^16, x2 after 2000 clean steps, /2 on overflow
@@ -274,7 +275,7 @@ struct StaticRun {
 
 /// The FP32 baseline: no scaling at all.
 double blobs_fp32_accuracy(double lr, int steps, Eigen::Index batch) {
-  BlobsRun run(Precision::fp32, lr, batch);
+  BlobsRun run(DType::f32, lr, batch);
   for (int step = 0; step < steps; ++step) plain_step(run.net, run.opt, run.batches);
   return set_accuracy(run.net, blobs().test);
 }
@@ -330,7 +331,7 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
 }
 
 RunResult static_scale_broken() {
-  BlobsRun run(Precision::fp16, kStaticLr, kStaticBatch);
+  BlobsRun run(DType::f16, kStaticLr, kStaticBatch);
   //! [static-scale-too-large-broken]
   StaticScaler scaler(kStaticScale);  // constant scale; step() never skips
   // 200 steps of forward, S * loss, backward, step(), update(): each step()
@@ -341,7 +342,7 @@ RunResult static_scale_broken() {
 }
 
 RunResult static_scale_fixed() {
-  BlobsRun run(Precision::fp16, kStaticLr, kStaticBatch);
+  BlobsRun run(DType::f16, kStaticLr, kStaticBatch);
   //! [static-scale-too-large-fixed]
   GradScaler::Options o;
   o.init_scale = kStaticScale;  // the same start; the scale now moves
@@ -386,7 +387,7 @@ RunResult forget_outcomes(const ForgetRun& r, const GradScaler& scaler, std::str
 
 /// The loop of both runs; `call_update` is the fix.
 RunResult update_forgotten_run(bool call_update, std::string setup) {
-  BlobsRun run(Precision::fp16, 0.05, 64);
+  BlobsRun run(DType::f16, 0.05, 64);
   Mlp& net = run.net;
   SGD& opt = run.opt;
   ForgetRun r;
@@ -443,7 +444,7 @@ struct ClipBaseline {
   double first_norm = 0, loss = 0, accuracy = 0, clipped = 0;
 };
 ClipBaseline clip_fp32() {
-  BlobsRun run(Precision::fp32, kClipLr, kClipBatch);
+  BlobsRun run(DType::f32, kClipLr, kClipBatch);
   ClipBaseline r;
   for (int step = 1; step <= kClipSteps; ++step)
     plain_step(run.net, run.opt, run.batches, [&] {
@@ -491,7 +492,7 @@ RunResult clip_outcomes(const ClipRun& r, BlobsRun& run, std::string setup) {
 
 /// The loop of both runs; `unscale_first` is the fix.
 RunResult clip_run(bool unscale_first, std::string setup) {
-  BlobsRun run(Precision::fp16, kClipLr, kClipBatch);
+  BlobsRun run(DType::f16, kClipLr, kClipBatch);
   Mlp& net = run.net;
   SGD& opt = run.opt;
   ClipRun r;
@@ -549,7 +550,7 @@ struct AccumulationRun {
 /// one backward pass from the scaled loss, unscaled once. Accumulating
 /// micro-batches must give this gradient, up to rounding.
 std::vector<MatrixF> effective_batch_gradient() {
-  BlobsRun run(Precision::fp16, kAccumulationLr, kMicroBatch);
+  BlobsRun run(DType::f16, kAccumulationLr, kMicroBatch);
   Dataset all;
   all.num_classes = blobs().train.num_classes;
   all.x.resize(kMicroBatch * kMicroBatches, blobs().train.x.cols());
@@ -562,13 +563,13 @@ std::vector<MatrixF> effective_batch_gradient() {
   run.opt.zero_grad();
   const Tensor& out = run.net.forward(all.x);
   run.net.backward(cross_entropy_backward(out, all.labels, scale));
-  for (Parameter* p : run.net.parameters()) p->grad *= mpt::inverse_scale(scale);
+  for (Parameter* p : run.net.parameters()) p->grad.f32() *= mpt::inverse_scale(scale);
   return grads_of(run.net.parameters());
 }
 
 /// The FP32 baseline: the same accumulation, nothing to scale.
 double accumulation_fp32_loss() {
-  BlobsRun run(Precision::fp32, kAccumulationLr, kMicroBatch);
+  BlobsRun run(DType::f32, kAccumulationLr, kMicroBatch);
   for (int step = 0; step < kAccumulationSteps; ++step) {
     run.opt.zero_grad();
     for (int k = 0; k < kMicroBatches; ++k) {
@@ -624,7 +625,7 @@ void micro_batch_backward(BlobsRun& run, GradScaler& scaler) {
 /// The loop of both runs; `unscale_each` (after every micro-batch) is the bug.
 RunResult accumulation_run(bool unscale_each, std::string setup) {
   const std::vector<MatrixF> reference = effective_batch_gradient();
-  BlobsRun run(Precision::fp16, kAccumulationLr, kMicroBatch);
+  BlobsRun run(DType::f16, kAccumulationLr, kMicroBatch);
   SGD& opt = run.opt;
   AccumulationRun r;
   GradScaler scaler;
@@ -639,7 +640,7 @@ RunResult accumulation_run(bool unscale_each, std::string setup) {
         } catch (const std::logic_error& e) {
           if (r.refusals++ == 0) r.message = e.what();
           const float inv = mpt::inverse_scale(scaler.get_scale());  // ... so do what it would do
-          for (Parameter* p : opt.params()) p->grad *= inv;
+          for (Parameter* p : opt.params()) p->grad.f32() *= inv;
         }
       }
       scaler.step(opt);
@@ -687,7 +688,7 @@ struct MasterRun {
 
 /// Plain SGD training without loss scaling (cross-entropy gradients of the
 /// blobs fit fp16 as they are), in any precision and weight mode.
-MasterRun train_blobs_small_lr(Precision p, MasterWeights mw) {
+MasterRun train_blobs_small_lr(DType p, MasterWeights mw) {
   BlobsRun run(p, kMasterLr, kMasterBatch, mw);
   MasterRun r;
   r.initial_loss = set_loss(run.net, blobs().train);
@@ -701,7 +702,7 @@ MasterRun train_blobs_small_lr(Precision p, MasterWeights mw) {
 }
 
 RunResult master_outcomes(const MasterRun& r, std::string setup) {
-  static const MasterRun base = train_blobs_small_lr(Precision::fp32, MasterWeights::fp32);
+  static const MasterRun base = train_blobs_small_lr(DType::f32, MasterWeights::fp32);
   const double progress = (r.initial_loss - r.loss) / (base.initial_loss - base.loss);
   RunResult out;
   out.setup = std::move(setup);
@@ -732,7 +733,7 @@ RunResult fp16_weights_no_master_broken() {
   //! [fp16-weights-no-master-broken]
   // The weights exist only in fp16: after each step they are rounded, and
   // the rounded value is all that is kept.
-  r = train_blobs_small_lr(Precision::fp16, MasterWeights::none);
+  r = train_blobs_small_lr(DType::f16, MasterWeights::none);
   //! [fp16-weights-no-master-broken]
   return master_outcomes(r, "fp16 MLP on the blobs, fp16 weights only, SGD lr 1e-4");
 }
@@ -741,7 +742,7 @@ RunResult fp16_weights_no_master_fixed() {
   MasterRun r;
   //! [fp16-weights-no-master-fixed]
   // FP32 master weights take the updates; the fp16 copy is refreshed from them.
-  r = train_blobs_small_lr(Precision::fp16, MasterWeights::fp32);
+  r = train_blobs_small_lr(DType::f16, MasterWeights::fp32);
   //! [fp16-weights-no-master-fixed]
   return master_outcomes(r, "the same run with FP32 master weights");
 }
@@ -808,7 +809,7 @@ RunResult schedule_outcomes(const ScheduleRun& r, std::string setup) {
 
 /// One run; `count_skipped` is the broken schedule (advance every iteration).
 ScheduleRun schedule_run(bool count_skipped) {
-  MlpConfig c = mlp_config({8, 32, 32, 4}, Precision::fp16, 3);
+  MlpConfig c = mlp_config({8, 32, 32, 4}, DType::f16, 3);
   Mlp net(c);
   AdamWOptions o;
   o.lr = warmup_lr(0);
@@ -877,13 +878,13 @@ struct AdamRun {
          accuracy = 0;
 };
 
-AdamRun adam_run(Precision state) {
-  Mlp net(mlp_config(kBlobsNet, Precision::fp16, kBlobsSeed));
+AdamRun adam_run(DType state) {
+  Mlp net(mlp_config(kBlobsNet, DType::f16, kBlobsSeed));
   Batches batches(blobs().train, kAdamBatch, kBlobsSeed);
   AdamRun r;
   GradScaler scaler;
   AdamWOptions o;  // PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 1e-2
-  o.state_format = state;
+  o.state_dtype = state;
   AdamW opt(net.parameters(), o);
   r.eps_stored = round_value(static_cast<float>(o.eps), format_of(state));
   for (int step = 1; step <= kAdamSteps; ++step) {
@@ -947,7 +948,7 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup) {
 RunResult adam_eps_broken() {
   AdamRun r;
   //! [adam-eps-fp16-broken]
-  r = adam_run(Precision::fp16);  // AdamW::Options::state_format = fp16: m, v, eps, arithmetic
+  r = adam_run(DType::f16);  // AdamW::Options::state_format = fp16: m, v, eps, arithmetic
   //! [adam-eps-fp16-broken]
   return adam_outcomes(r, "fp16 MLP on the blobs with GradScaler; AdamW state and arithmetic in fp16");
 }
@@ -955,7 +956,7 @@ RunResult adam_eps_broken() {
 RunResult adam_eps_fixed() {
   AdamRun r;
   //! [adam-eps-fp16-fixed]
-  r = adam_run(Precision::fp32);  // PyTorch's AdamW: FP32 state next to the FP32 masters
+  r = adam_run(DType::f32);  // PyTorch's AdamW: FP32 state next to the FP32 masters
   //! [adam-eps-fp16-fixed]
   return adam_outcomes(r, "the same run with AdamW's state in FP32");
 }

@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "mpt/nn/data.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 
 namespace mpt {
 namespace {
@@ -47,10 +48,10 @@ class Batches {
 };
 constexpr std::uint64_t kBatchSeed = 1234;
 
-inline MlpConfig mlp_config(std::vector<int> sizes, Precision p, std::uint64_t seed) {
+inline MlpConfig mlp_config(std::vector<int> sizes, DType p, std::uint64_t seed) {
   MlpConfig c;
   c.sizes = std::move(sizes);
-  c.precision = p;
+  c.dtype = p;
   c.seed = seed;
   return c;
 }
@@ -115,7 +116,7 @@ inline double target_power(const Dataset& d) { return d.targets.cast<double>().a
 
 /// MLP 8-32-32-4 (ReLU) whose output layer starts at zero, so the output
 /// starts at the targets' scale (data.hpp explains the choice).
-inline Mlp tiny_target_net(Precision p) {
+inline Mlp tiny_target_net(DType p) {
   MlpConfig c = mlp_config({8, 32, 32, 4}, p, 3);
   c.zero_init_output = true;
   return Mlp(c);
@@ -133,7 +134,7 @@ struct TinyTargetRun {
   Mlp net;
   AdamW opt;
   Batches batches;
-  explicit TinyTargetRun(Precision p)
+  explicit TinyTargetRun(DType p)
       : net(tiny_target_net(p)), opt(tiny_target_adam(net)), batches(tiny_targets(), kTinyTargetBatch, kBatchSeed) {}
 };
 

@@ -30,9 +30,10 @@
 #include "bench_support.hpp"
 #include "mpt/nn/data.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 
 namespace {
 
@@ -47,7 +48,7 @@ struct Trainer {
   mpt::MatrixF x;
   std::vector<int> labels;
   bool use_scaler;
-  Trainer(mpt::Precision p, bool scaled)
+  Trainer(mpt::DType p, bool scaled)
       : mlp(mpt::MlpConfig{g_sizes, mpt::Activation::relu, p, mpt::MasterWeights::fp32, 1}),
         opt(mlp.parameters(), mpt::SGD::Options{0.01, 0.9}),
         scaler(mpt::GradScaler::Options{65536.0f, 2.0f, 0.5f, 2000, scaled}),
@@ -83,7 +84,7 @@ struct Trainer {
 
 std::map<std::string, double> g_activation_bytes;
 
-void BM_step(benchmark::State& st, mpt::Precision p, bool scaled, const char* name) {
+void BM_step(benchmark::State& st, mpt::DType p, bool scaled, const char* name) {
   Trainer r(p, scaled);
   r.step();  // the first step allocates the activation buffers
   g_activation_bytes[name] = static_cast<double>(r.mlp.activation_bytes());
@@ -128,12 +129,12 @@ int main(int argc, char** argv) {
     return true;
   });
 
-  benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::Precision::fp32, false, "step/fp32")
+  benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::DType::f32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("step/fp16+scaler", BM_step, mpt::Precision::fp16, true,
+  benchmark::RegisterBenchmark("step/fp16+scaler", BM_step, mpt::DType::f16, true,
                                "step/fp16+scaler")
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("step/bf16", BM_step, mpt::Precision::bf16, false, "step/bf16")
+  benchmark::RegisterBenchmark("step/bf16", BM_step, mpt::DType::bf16, false, "step/bf16")
       ->Unit(benchmark::kMillisecond);
   TimeReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);

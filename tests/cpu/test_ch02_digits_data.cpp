@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "mpt/nn/data.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 
 using namespace mpt;
 
@@ -40,10 +41,10 @@ struct Result {
   double final_loss = 0;
 };
 
-Result train_digits(Precision p, const Split& s) {
+Result train_digits(DType p, const Split& s) {
   MlpConfig c;
   c.sizes = {64, 64, 10};
-  c.precision = p;
+  c.dtype = p;
   c.seed = 1;
   Mlp net(c);
   AdamW opt(net.parameters());  // PyTorch defaults: lr 1e-3, weight decay 1e-2
@@ -104,9 +105,9 @@ TEST_CASE("digits: the MLP learns it in fp32, and fp16/bf16 with FP32 masters ma
   const Dataset& d = digits();
   REQUIRE(d.size() == 1797);
   const Split s = train_test_split(d, 0.2, 42);
-  const Result f32 = train_digits(Precision::fp32, s);
-  const Result f16 = train_digits(Precision::fp16, s);
-  const Result b16 = train_digits(Precision::bf16, s);
+  const Result f32 = train_digits(DType::f32, s);
+  const Result f16 = train_digits(DType::f16, s);
+  const Result b16 = train_digits(DType::bf16, s);
   MESSAGE("digits, MLP 64-64-10, AdamW defaults, " << kEpochs << " epochs: test accuracy fp32 "
           << f32.test_accuracy << ", fp16 " << f16.test_accuracy << ", bf16 " << b16.test_accuracy
           << "; train loss " << f32.final_loss << " / " << f16.final_loss << " / " << b16.final_loss);

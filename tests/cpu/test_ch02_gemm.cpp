@@ -1,7 +1,7 @@
-// Chapter 02 — loss scaling and FP32 master weights: stored tensors and the
-// GPU-style GEMM (fp16/bf16 inputs, FP32 accumulation, one rounding of the
-// result), and the fp16-accumulate pitfall GEMM.
-// Depends on: mpt/gemm.hpp, Chapter 1 rounding.
+// Chapter 02 — loss scaling and FP32 master weights: the GPU-style GEMM
+// (f16/bf16 inputs, FP32 accumulation, one rounding of the result) and the
+// fp16-accumulate pitfall GEMM.
+// Depends on: mpt/nn/gemm.hpp, mpt/nn/data.hpp (Rng), Chapter 1 rounding.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 
 #include "mpt/nn/data.hpp"
 #include "mpt/nn/gemm.hpp"
+#include "mpt/nn/parameter.hpp"
 #include "mpt/formats/rounding.hpp"
 
 using namespace mpt;
@@ -40,6 +41,9 @@ Eigen::MatrixXd op(const MatrixF& m, Op o) {
   return o == Op::T ? Eigen::MatrixXd(d.transpose()) : d;
 }
 
+/// Element (r, c) of a tensor's matrix view, widened to f32.
+float at(const Tensor& t, Eigen::Index r, Eigen::Index c) { return t.value(r * t.cols() + c); }
+
 bool same_bits(const MatrixF& a, const MatrixF& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
   for (Eigen::Index i = 0; i < a.size(); ++i) {
@@ -52,75 +56,35 @@ bool same_bits(const MatrixF& a, const MatrixF& b) {
 
 }  // namespace
 
-TEST_CASE("precisions: names, sizes, parse errors") {
-  CHECK(precision_name(Precision::fp16) == "fp16");
-  CHECK(precision_named("bf16") == Precision::bf16);
-  CHECK(bytes_per_element(Precision::fp32) == 4);
-  CHECK(bytes_per_element(Precision::fp16) == 2);
-  CHECK(bytes_per_element(Precision::bf16) == 2);
-  CHECK(format_of(Precision::fp16).name == "fp16");
-  try {
-    precision_named("fp8");
-    FAIL("no exception");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()) == "unknown precision 'fp8'; valid: fp32, fp16, bf16");
-  }
-}
-
-TEST_CASE("Tensor: real 2-byte storage, library rounding, exact widening") {
-  const MatrixF x = normals(7, 5, 11, 1000.0);
-  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
-    const Tensor t = Tensor::from_fp32(x, p);
-    CHECK(t.rows() == 7);
-    CHECK(t.cols() == 5);
-    CHECK(t.bytes() == 35 * bytes_per_element(p));
-    const MatrixF back = t.to_fp32();
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-      CHECK(back.data()[i] == round_value(x.data()[i], format_of(p)));
-    CHECK(t.value(3, 4) == back(3, 4));
-  }
-  CHECK(Tensor::from_fp32(x, Precision::fp16).fp16().size() == 35);
-  CHECK_THROWS_AS(Tensor::from_fp32(x, Precision::fp16).fp32(), std::logic_error);
-  // 70000 overflows fp16 to inf (IEEE default), not to 65504.
-  MatrixF big(1, 2);
-  big << 70000.0f, 65519.0f;
-  const Tensor h = Tensor::from_fp32(big, Precision::fp16);
-  CHECK(std::isinf(h.value(0, 0)));
-  CHECK(h.value(0, 1) == 65504.0f);
-  const Tensor z(Precision::bf16, 3, 4);
-  CHECK(z.to_fp32().isZero(0));
-  CHECK(z.bytes() == 24);
-}
-
 TEST_CASE("gemm: small-integer inputs are bit-exact in every precision and transpose") {
   const MatrixF a = small_ints(6, 9, 4, 1), b = small_ints(9, 5, 4, 2);
   const Eigen::MatrixXd want = a.cast<double>() * b.cast<double>();
-  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16})
+  for (DType p : {DType::f32, DType::f16, DType::bf16})
     for (Op oa : {Op::N, Op::T})
       for (Op ob : {Op::N, Op::T}) {
-        CAPTURE(precision_name(p));
+        CAPTURE(std::string(dtype_name(p)));
         const MatrixF as = oa == Op::N ? a : MatrixF(a.transpose());
         const MatrixF bs = ob == Op::N ? b : MatrixF(b.transpose());
-        const Tensor c = gemm(Tensor::from_fp32(as, p), oa, Tensor::from_fp32(bs, p), ob, p);
-        CHECK(c.precision() == p);
-        CHECK(c.to_fp32().cast<double>() == want);  // |entries| <= 144: exact everywhere
+        const Tensor c = gemm(Tensor::from_matrix(as, p), oa, Tensor::from_matrix(bs, p), ob, p);
+        CHECK(c.dtype() == p);
+        CHECK(c.to_matrix().cast<double>() == want);  // |entries| <= 144: exact everywhere
       }
 }
 
 TEST_CASE("gemm: fp16 inputs, fp32 accumulation, one rounding of the result") {
   const MatrixF a = normals(16, 64, 3), b = normals(64, 12, 4);
-  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
-  const Tensor c = gemm(a16, Op::N, b16, Op::N, Precision::fp16);
+  const Tensor a16 = Tensor::from_matrix(a, DType::f16), b16 = Tensor::from_matrix(b, DType::f16);
+  const Tensor c = gemm(a16, Op::N, b16, Op::N, DType::f16);
   // By definition: the fp32 product of the widened inputs, rounded once.
-  const MatrixF acc = matmul<float>(a16.to_fp32(), Op::N, b16.to_fp32(), Op::N);
-  CHECK(same_bits(c.to_fp32(), Tensor::from_fp32(acc, Precision::fp16).to_fp32()));
+  const MatrixF acc = matmul<float>(a16.to_matrix(), Op::N, b16.to_matrix(), Op::N);
+  CHECK(same_bits(c.to_matrix(), Tensor::from_matrix(acc, DType::f16).to_matrix()));
   // Against exact (double) products of the stored inputs: the fp32 sum is
   // within K·u32·Σ|a||b| (standard dot-product bound, K = 64), and the
   // output rounding adds at most half an fp16 ulp of the result.
-  const Eigen::MatrixXd exact = a16.to_fp32().cast<double>() * b16.to_fp32().cast<double>();
+  const Eigen::MatrixXd exact = a16.to_matrix().cast<double>() * b16.to_matrix().cast<double>();
   const Eigen::MatrixXd absum =
-      a16.to_fp32().cast<double>().cwiseAbs() * b16.to_fp32().cast<double>().cwiseAbs();
-  const MatrixF got = c.to_fp32();
+      a16.to_matrix().cast<double>().cwiseAbs() * b16.to_matrix().cast<double>().cwiseAbs();
+  const MatrixF got = c.to_matrix();
   for (Eigen::Index i = 0; i < exact.rows(); ++i)
     for (Eigen::Index j = 0; j < exact.cols(); ++j) {
       const double half_ulp16 = std::ldexp(1.0, std::max(std::ilogb(exact(i, j)), -14) - 11);
@@ -130,10 +94,10 @@ TEST_CASE("gemm: fp16 inputs, fp32 accumulation, one rounding of the result") {
 
 TEST_CASE("gemm: fp32 inputs match an FP64 reference within the dot-product bound") {
   const MatrixF a = normals(9, 33, 5), b = normals(12, 33, 6);
-  const Tensor c = gemm(a, Op::N, b, Op::T, Precision::fp32);
+  const Tensor c = gemm(Tensor::from_matrix(a, DType::f32), Op::N, Tensor::from_matrix(b, DType::f32), Op::T, DType::f32);
   const Eigen::MatrixXd exact = op(a, Op::N) * op(b, Op::T);
   const Eigen::MatrixXd absum = op(a, Op::N).cwiseAbs() * op(b, Op::T).cwiseAbs();
-  const MatrixF got = c.to_fp32();
+  const MatrixF got = c.to_matrix();
   for (Eigen::Index i = 0; i < exact.rows(); ++i)
     for (Eigen::Index j = 0; j < exact.cols(); ++j)
       CHECK(std::fabs(got(i, j) - exact(i, j)) <= 33 * std::ldexp(1.0, -24) * absum(i, j));
@@ -144,9 +108,9 @@ TEST_CASE("gemm: the fp32 accumulator does not stagnate; the fp16 one does (pitf
   // In an fp16 accumulator 2048 + 1 is a tie between 2048 and 2050 and
   // rounds to even: the sum is stuck at 2048 for good.
   const MatrixF ones_row = MatrixF::Ones(1, 4096), ones_col = MatrixF::Ones(4096, 1);
-  const Tensor a = Tensor::from_fp32(ones_row, Precision::fp16), b = Tensor::from_fp32(ones_col, Precision::fp16);
-  CHECK(gemm(a, Op::N, b, Op::N, Precision::fp16).value(0, 0) == 4096.0f);
-  CHECK(gemm_fp16_accumulate(a, Op::N, b, Op::N).value(0, 0) == 2048.0f);
+  const Tensor a = Tensor::from_matrix(ones_row, DType::f16), b = Tensor::from_matrix(ones_col, DType::f16);
+  CHECK(at(gemm(a, Op::N, b, Op::N, DType::f16), 0, 0) == 4096.0f);
+  CHECK(at(gemm_fp16_accumulate(a, Op::N, b, Op::N), 0, 0) == 2048.0f);
 }
 
 TEST_CASE("gemm_fp16_accumulate: one fp16 rounding per multiply-add") {
@@ -155,9 +119,9 @@ TEST_CASE("gemm_fp16_accumulate: one fp16 rounding per multiply-add") {
   // so a fused multiply-add and Eigen's separate multiply and add agree;
   // sums pass 2048, where fp16's spacing becomes 2 and rounding kicks in.
   const MatrixF a = small_ints(5, 200, 16, 7), b = small_ints(200, 4, 16, 8);
-  const Tensor a16 = Tensor::from_fp32(a.cwiseAbs(), Precision::fp16);
-  const Tensor b16 = Tensor::from_fp32(b.cwiseAbs(), Precision::fp16);
-  const MatrixF got = gemm_fp16_accumulate(a16, Op::N, b16, Op::N).to_fp32();
+  const Tensor a16 = Tensor::from_matrix(a.cwiseAbs(), DType::f16);
+  const Tensor b16 = Tensor::from_matrix(b.cwiseAbs(), DType::f16);
+  const MatrixF got = gemm_fp16_accumulate(a16, Op::N, b16, Op::N).to_matrix();
   bool some_rounding = false;
   for (Eigen::Index i = 0; i < 5; ++i)
     for (Eigen::Index j = 0; j < 4; ++j) {
@@ -172,11 +136,11 @@ TEST_CASE("gemm_fp16_accumulate: one fp16 rounding per multiply-add") {
     }
   CHECK(some_rounding);  // the demo really loses something
   // Transposes read the same data.
-  const Tensor aT = Tensor::from_fp32(MatrixF(a.cwiseAbs().transpose()), Precision::fp16);
-  CHECK(same_bits(gemm_fp16_accumulate(aT, Op::T, b16, Op::N).to_fp32(), got));
+  const Tensor aT = Tensor::from_matrix(MatrixF(a.cwiseAbs().transpose()), DType::f16);
+  CHECK(same_bits(gemm_fp16_accumulate(aT, Op::T, b16, Op::N).to_matrix(), got));
   // Only fp16 inputs.
-  CHECK_THROWS_AS(gemm_fp16_accumulate(Tensor::from_fp32(a, Precision::bf16), Op::N,
-                                       Tensor::from_fp32(b, Precision::bf16), Op::N),
+  CHECK_THROWS_AS(gemm_fp16_accumulate(Tensor::from_matrix(a, DType::bf16), Op::N,
+                                       Tensor::from_matrix(b, DType::bf16), Op::N),
                   std::invalid_argument);
 }
 
@@ -189,25 +153,25 @@ TEST_CASE("gemm_fp16_accumulate: a fused multiply-add rounds once (round-to-odd 
   MatrixF a(1, 2), b(2, 1);
   a << 0x1.0p-11f, 1.0f + 0x1.0p-10f;
   b << 1.0f, 1.0f + 0x1.0p-10f;
-  const Tensor c = gemm_fp16_accumulate(Tensor::from_fp32(a, Precision::fp16), Op::N,
-                                        Tensor::from_fp32(b, Precision::fp16), Op::N);
-  CHECK(c.value(0, 0) == 1.0f + 3 * 0x1.0p-10f);
+  const Tensor c = gemm_fp16_accumulate(Tensor::from_matrix(a, DType::f16), Op::N,
+                                        Tensor::from_matrix(b, DType::f16), Op::N);
+  CHECK(at(c, 0, 0) == 1.0f + 3 * 0x1.0p-10f);
   // A tie in the running sum itself still rounds to even: 1 + 2^-11 → 1.
   MatrixF t(1, 2), u(2, 1);
   t << 1.0f, 0x1.0p-11f;
   u << 1.0f, 1.0f;
-  CHECK(gemm_fp16_accumulate(Tensor::from_fp32(t, Precision::fp16), Op::N,
-                             Tensor::from_fp32(u, Precision::fp16), Op::N).value(0, 0) == 1.0f);
+  CHECK(at(gemm_fp16_accumulate(Tensor::from_matrix(t, DType::f16), Op::N,
+                             Tensor::from_matrix(u, DType::f16), Op::N), 0, 0) == 1.0f);
 }
 
 TEST_CASE("gemm: output overflow follows the output format") {
   MatrixF a(1, 2), b(2, 1);
   a << 60000.0f, 60000.0f;
   b << 1.0f, 1.0f;
-  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
-  CHECK(std::isinf(gemm(a16, Op::N, b16, Op::N, Precision::fp16).value(0, 0)));
-  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::fp32).value(0, 0) == 120000.0f);
-  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::bf16).value(0, 0) == round_value(120000.0f, format_of(Precision::bf16)));
+  const Tensor a16 = Tensor::from_matrix(a, DType::f16), b16 = Tensor::from_matrix(b, DType::f16);
+  CHECK(std::isinf(at(gemm(a16, Op::N, b16, Op::N, DType::f16), 0, 0)));
+  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::f32), 0, 0) == 120000.0f);
+  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::bf16), 0, 0) == round_value(120000.0f, format_of(DType::bf16)));
 }
 
 TEST_CASE("gemm_bias: the bias joins the fp32 accumulator before the single rounding") {
@@ -217,22 +181,26 @@ TEST_CASE("gemm_bias: the bias joins the fp32 accumulator before the single roun
   a << 1.0f, 0x1.0p-11f;
   b << 1.0f, 1.0f;
   bias << 0x1.0p-20f;
-  const Tensor a16 = Tensor::from_fp32(a, Precision::fp16), b16 = Tensor::from_fp32(b, Precision::fp16);
-  const Tensor bias16 = Tensor::from_fp32(bias, Precision::fp16);
-  CHECK(bias16.value(0, 0) == 0x1.0p-20f);  // an fp16 subnormal, exact
-  CHECK(gemm_bias(a16, Op::N, b16, Op::N, bias16, Precision::fp16).value(0, 0) == 1.0f + 0x1.0p-10f);
-  CHECK(gemm(a16, Op::N, b16, Op::N, Precision::fp16).value(0, 0) == 1.0f);
-  CHECK_THROWS_AS(gemm_bias(a16, Op::N, b16, Op::N, Tensor(Precision::fp16, 1, 3), Precision::fp16),
-                  std::invalid_argument);
+  const Tensor a16 = Tensor::from_matrix(a, DType::f16), b16 = Tensor::from_matrix(b, DType::f16);
+  const Tensor bias16 = Tensor::from_matrix(bias, DType::f16);
+  CHECK(at(bias16, 0, 0) == 0x1.0p-20f);  // an fp16 subnormal, exact
+  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::f16, &bias16), 0, 0) == 1.0f + 0x1.0p-10f);
+  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::f16), 0, 0) == 1.0f);
+  const Tensor wrong_bias(DType::f16, {3});
+  CHECK_THROWS_WITH_AS(gemm(a16, Op::N, b16, Op::N, DType::f16, &wrong_bias),
+                       doctest::Contains("the bias must have 1 elements"), std::invalid_argument);
 }
 
 TEST_CASE("gemm: operand errors are explicit") {
-  const Tensor a(Precision::fp16, 2, 3), b(Precision::bf16, 3, 2), c(Precision::fp16, 4, 2);
-  CHECK_THROWS_WITH_AS(gemm(a, Op::N, b, Op::N, Precision::fp16),
-                       doctest::Contains("inputs are fp16 and bf16"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(gemm(a, Op::N, c, Op::N, Precision::fp16),
+  const Tensor a(DType::f16, {2, 3}), b(DType::bf16, {3, 2}), c(DType::f16, {4, 2});
+  CHECK_THROWS_WITH_AS(gemm(a, Op::N, b, Op::N, DType::f16),
+                       doctest::Contains("inputs are f16 and bf16"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gemm(a, Op::N, c, Op::N, DType::f16),
                        doctest::Contains("op(a) is 2x3 but op(b) is 4x2"), std::invalid_argument);
-  // A Parameter's model copy is a valid operand as it is stored.
-  MatrixH w = Tensor::from_fp32(MatrixF::Ones(2, 3), Precision::fp16).fp16();
-  CHECK(gemm(a, Op::N, w, Op::T, Precision::fp32).rows() == 2);
+  // A Parameter's model copy is an operand as it is stored, in its dtype.
+  const Parameter w = make_parameter("w", MatrixF::Ones(2, 3), DType::f16);
+  CHECK(gemm(a, Op::N, w.weights(), Op::T, DType::f32).shape() == Shape{2, 2});
+  // 3-D operands have no matrix view: a clear error, no reinterpretation.
+  CHECK_THROWS_WITH_AS(gemm(Tensor(DType::f16, {2, 3, 1}), Op::N, c, Op::N, DType::f16),
+                       doctest::Contains("a matrix view needs a 1-D or 2-D tensor"), std::logic_error);
 }

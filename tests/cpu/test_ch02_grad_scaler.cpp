@@ -45,10 +45,9 @@ struct Model {
   CountingOptimizer opt{{&p}};
   explicit Model(std::vector<float> grad = {1.0f, -2.0f, 0.5f}) { set_grad(grad); }
   void set_grad(const std::vector<float>& g) {
-    p.grad.resize(1, static_cast<Eigen::Index>(g.size()));
-    for (std::size_t i = 0; i < g.size(); ++i) p.grad(0, static_cast<Eigen::Index>(i)) = g[i];
+    p.grad = mpt::Tensor::from_f32(g.data(), {static_cast<std::int64_t>(g.size())}, mpt::DType::f32);
   }
-  float grad(int i) const { return p.grad(0, i); }
+  float grad(int i) const { return p.grad.value(i); }
 };
 
 GradScaler::Options with_interval(std::int32_t interval, float init = 65536.0f) {

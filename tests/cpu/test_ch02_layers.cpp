@@ -3,16 +3,22 @@
 // differences (layer_math<double>, the same templates the float layers
 // run); then the mixed-precision layers are checked to run exactly those
 // formulas with the GPU's rounding points.
-// Depends on: mpt/layers.hpp, mpt/gemm.hpp, mpt/data.hpp (Rng).
+// Depends on: mpt/nn/layer_math.hpp, linear.hpp, activations.hpp, losses.hpp,
+// module.hpp, the core tier (Context, UniformPolicy, Rng).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
 #include <vector>
 
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/core/context.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/core/random.hpp"
 #include "mpt/formats/rounding.hpp"
+#include "mpt/nn/activations.hpp"
+#include "mpt/nn/layer_math.hpp"
+#include "mpt/nn/linear.hpp"
+#include "mpt/nn/losses.hpp"
 
 using namespace mpt;
 using MatD = Mat<double>;
@@ -70,7 +76,18 @@ bool same_bits(const MatrixF& a, const MatrixF& b) {
   return true;
 }
 
-MatrixF rounded(const MatrixF& x, Precision p) { return Tensor::from_fp32(x, p).to_fp32(); }
+MatrixF rounded(const MatrixF& x, DType p) { return Tensor::from_matrix(x, p).to_matrix(); }
+
+/// A Linear with these FP32 values (b: one row), its model copies in `p`.
+Linear linear_of(const MatrixF& w, const MatrixF& b, DType p) {
+  Linear fc(Tensor::from_matrix(w, DType::f32), Tensor::from_matrix(b, DType::f32).reshaped({b.cols()}));
+  fc.set_path("fc");
+  fc.apply_policy(UniformPolicy(p));
+  return fc;
+}
+
+/// A context asking UniformPolicy(p).
+Context uniform(DType p) { return Context(uniform_policy(p)); }
 
 }  // namespace
 
@@ -188,62 +205,85 @@ TEST_CASE("a Linear-GELU-Linear-ReLU-Linear-CE chain: backward composes (FP64)")
 
 // --- the mixed-precision layers run those formulas, rounded where a GPU rounds ------
 
-TEST_CASE("parameters: FP32 master, rounded 2-byte model copy, FP32 grad") {
+TEST_CASE("parameters: FP32 master, rounded model copy in its dtype, FP32 grad") {
   const MatrixF init = randn(3, 4, 20).cast<float>() * 0.1f;
-  const Parameter p16 = make_parameter("w", init, Precision::fp16);
-  CHECK(p16.master == init);
-  CHECK(p16.grad.isZero(0));
-  CHECK(p16.grad.rows() == 3);
-  CHECK(model_precision(p16) == Precision::fp16);
-  CHECK(p16.model_bf16.size() == 0);
-  CHECK(same_bits(model_copy(p16).to_fp32(), rounded(init, Precision::fp16)));
-  const Parameter p32 = make_parameter("w", init, Precision::fp32);
-  CHECK(model_precision(p32) == Precision::fp32);
-  CHECK(p32.model_fp16.size() == 0);
-  Parameter pb = make_parameter("w", init, Precision::bf16);
-  pb.master.array() += 1.0f;
+  const Parameter p16 = make_parameter("w", init, DType::f16);
+  CHECK(p16.master.f32() == init);
+  CHECK(p16.master.dtype() == DType::f32);
+  CHECK(p16.grad.f32().isZero(0));
+  CHECK(p16.grad.shape() == Shape{3, 4});
+  CHECK(p16.model_dtype() == DType::f16);
+  CHECK(p16.weights().dtype() == DType::f16);
+  CHECK(p16.model_bytes() == 24);  // 12 elements, 2 bytes each: really allocated
+  CHECK(same_bits(p16.weights().to_matrix(), rounded(init, DType::f16)));
+  const Parameter p32 = make_parameter("w", init, DType::f32);
+  CHECK(p32.model_dtype() == DType::f32);
+  CHECK(p32.model_bytes() == 0);
+  CHECK(p32.weights().shares_storage_with(p32.master));  // f32: forward reads the master
+  Parameter pb = make_parameter("w", init, DType::bf16);
+  pb.master.f32().array() += 1.0f;
   refresh_model_copy(pb);
-  CHECK(same_bits(model_copy(pb).to_fp32(), rounded(pb.master, Precision::bf16)));
+  CHECK(same_bits(pb.weights().to_matrix(), rounded(pb.master.f32(), DType::bf16)));
+  CHECK_THROWS_WITH_AS(Parameter("w", Tensor(DType::f16, {2})), "Parameter w: the master must be f32, got f16",
+                       std::invalid_argument);
 }
 
-TEST_CASE("linear_forward/backward: fp32 is layer_math<float>, bit for bit") {
+TEST_CASE("Linear: fp32 is layer_math<float>, bit for bit; gradients accumulate") {
   const MatrixF x = randn(6, 5, 30).cast<float>(), w = randn(4, 5, 31).cast<float>(),
                 b = randn(1, 4, 32).cast<float>(), dy = randn(6, 4, 33).cast<float>();
-  Parameter weight = make_parameter("fc.weight", w, Precision::fp32);
-  Parameter bias = make_parameter("fc.bias", b, Precision::fp32);
-  const Tensor xt = Tensor::from_fp32(x, Precision::fp32);
-  CHECK(same_bits(linear_forward(xt, weight, bias).to_fp32(), layer_math::linear_forward<float>(x, w, b)));
+  Linear fc = linear_of(w, b, DType::f32);
+  Context ctx = uniform(DType::f32);
+  const Tensor xt = Tensor::from_matrix(x, DType::f32);
+  CHECK(same_bits(fc.forward(xt, ctx).to_matrix(), layer_math::linear_forward<float>(x, w, b)));
   const auto g = layer_math::linear_backward<float>(x, w, dy);
-  const Tensor dx = linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias);
-  CHECK(same_bits(dx.to_fp32(), g.dx));
-  CHECK(same_bits(weight.grad, g.dw));
-  CHECK(same_bits(bias.grad, g.db));
+  const Tensor dx = fc.backward(Tensor::from_matrix(dy, DType::f32), ctx);
+  CHECK(same_bits(dx.to_matrix(), g.dx));
+  CHECK(same_bits(fc.weight.grad.f32(), g.dw));
+  CHECK(same_bits(fc.bias.grad.f32(), g.db));
+  CHECK(fc.bias.grad.shape() == Shape{4});
   // Gradients accumulate, as PyTorch's .grad does, until zero_grad.
-  linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias, false);
-  CHECK(same_bits(weight.grad, MatrixF(2.0f * g.dw)));
-  // want_dx = false (the first layer) gives an empty tensor.
-  CHECK(linear_backward(xt, Tensor::from_fp32(dy, Precision::fp32), weight, bias, false).size() == 0);
+  fc.set_input_grad(false);
+  const Tensor none = fc.backward(Tensor::from_matrix(dy, DType::f32), ctx);
+  CHECK(same_bits(fc.weight.grad.f32(), MatrixF(2.0f * g.dw)));
+  // Without input gradients (the first layer) dx is an empty tensor.
+  CHECK(none.numel() == 0);
+  CHECK(ctx.casts().casts == 0);  // an all-f32 pass casts nothing
+  CHECK(fc.weight.name == "fc.weight");
 }
 
-TEST_CASE("linear in fp16/bf16: widen exactly, FP32 math, one rounding per output") {
+TEST_CASE("Linear in fp16/bf16: widen exactly, FP32 math, one rounding per output") {
   const MatrixF x = randn(6, 5, 40).cast<float>(), w = randn(4, 5, 41).cast<float>(),
                 b = randn(1, 4, 42).cast<float>(), dy = randn(6, 4, 43).cast<float>();
-  for (Precision p : {Precision::fp16, Precision::bf16}) {
-    CAPTURE(precision_name(p));
-    Parameter weight = make_parameter("fc.weight", w, p), bias = make_parameter("fc.bias", b, p);
-    const Tensor xt = Tensor::from_fp32(x, p), dyt = Tensor::from_fp32(dy, p);
-    const MatrixF xs = xt.to_fp32(), ws = model_copy(weight).to_fp32(), bs = model_copy(bias).to_fp32(),
-                  dys = dyt.to_fp32();
-    const Tensor y = linear_forward(xt, weight, bias);
-    CHECK(y.precision() == p);
-    CHECK(same_bits(y.to_fp32(), rounded(layer_math::linear_forward<float>(xs, ws, bs), p)));
-    const Tensor dx = linear_backward(xt, dyt, weight, bias);
+  for (DType p : {DType::f16, DType::bf16}) {
+    CAPTURE(std::string(dtype_name(p)));
+    Linear fc = linear_of(w, b, p);
+    Context ctx = uniform(p);
+    const Tensor xt = Tensor::from_matrix(x, p), dyt = Tensor::from_matrix(dy, p);
+    const MatrixF xs = xt.to_matrix(), ws = fc.weight.weights().to_matrix(),
+                  bs = fc.bias.weights().to_matrix(), dys = dyt.to_matrix();
+    const Tensor y = fc.forward(xt, ctx);
+    CHECK(y.dtype() == p);
+    CHECK(same_bits(y.to_matrix(), rounded(layer_math::linear_forward<float>(xs, ws, bs), p)));
+    const Tensor dx = fc.backward(dyt, ctx);
     const auto g = layer_math::linear_backward<float>(xs, ws, dys);
-    CHECK(dx.precision() == p);
-    CHECK(same_bits(dx.to_fp32(), rounded(g.dx, p)));
+    CHECK(dx.dtype() == p);
+    CHECK(same_bits(dx.to_matrix(), rounded(g.dx, p)));
     // The weight gradient is the low-precision one, widened into FP32.
-    CHECK(same_bits(weight.grad, rounded(g.dw, p)));
-    CHECK(same_bits(bias.grad, rounded(g.db, p)));
+    CHECK(fc.weight.grad.dtype() == DType::f32);
+    CHECK(same_bits(fc.weight.grad.f32(), rounded(g.dw, p)));
+    CHECK(same_bits(fc.bias.grad.f32(), rounded(g.db, p)));
+    CHECK(ctx.casts().casts == 0);  // every operand already in p
+    // An f32 input is cast at the op's boundary, counted once, and its
+    // gradient leaves in f32 again (the cast's backward), counted too.
+    Context mixed = uniform(p);
+    const Tensor y32 = fc.forward(Tensor::from_matrix(x, DType::f32), mixed);
+    CHECK(same_bits(y32.to_matrix(), y.to_matrix()));
+    CHECK(mixed.casts().casts == 1);
+    CHECK(mixed.casts().bytes == 30 * bytes_per_element(p));
+    const Tensor dx32 = fc.backward(dyt, mixed);
+    CHECK(dx32.dtype() == DType::f32);
+    CHECK(same_bits(dx32.to_matrix(), dx.to_matrix()));
+    CHECK(mixed.casts().casts == 2);
   }
 }
 
@@ -251,51 +291,67 @@ TEST_CASE("fp16 weight gradients below 2^-25 are zero; in fp32 they are not") {
   // dy = 2^-20 (an fp16 subnormal), x = 2^-10: dW = Σ_B dy·x = 4·2^-30 = 2^-28,
   // below half of fp16's smallest subnormal 2^-24 — it rounds to 0.
   const MatrixF x = MatrixF::Constant(4, 3, 0x1.0p-10f), dy = MatrixF::Constant(4, 2, 0x1.0p-20f);
-  for (Precision p : {Precision::fp32, Precision::fp16}) {
-    Parameter w = make_parameter("w", MatrixF::Ones(2, 3), p), b = make_parameter("b", MatrixF::Zero(1, 2), p);
-    const Tensor dyt = Tensor::from_fp32(dy, p);
-    CHECK(dyt.value(0, 0) == 0x1.0p-20f);  // dy itself survives
-    linear_backward(Tensor::from_fp32(x, p), dyt, w, b);
-    if (p == Precision::fp16) CHECK(w.grad.isZero(0));
-    else CHECK(w.grad(0, 0) == 0x1.0p-28f);
-    CHECK(b.grad(0, 0) == 0x1.0p-18f);  // Σ dy = 2^-18 is representable in both
+  for (DType p : {DType::f32, DType::f16}) {
+    Linear fc = linear_of(MatrixF::Ones(2, 3), MatrixF::Zero(1, 2), p);
+    Context ctx = uniform(p);
+    const Tensor dyt = Tensor::from_matrix(dy, p);
+    CHECK(dyt.value(0) == 0x1.0p-20f);  // dy itself survives
+    fc.forward(Tensor::from_matrix(x, p), ctx);
+    fc.backward(dyt, ctx);
+    if (p == DType::f16) CHECK(fc.weight.grad.f32().isZero(0));
+    else CHECK(fc.weight.grad.value(0) == 0x1.0p-28f);
+    CHECK(fc.bias.grad.value(0) == 0x1.0p-18f);  // Σ dy = 2^-18 is representable in both
   }
 }
 
-TEST_CASE("layer operands must share the run's precision") {
-  Parameter w = make_parameter("fc1.weight", MatrixF::Ones(2, 3), Precision::bf16);
-  Parameter b = make_parameter("fc1.bias", MatrixF::Zero(1, 2), Precision::bf16);
-  const Tensor x(Precision::fp16, 4, 3);
-  CHECK_THROWS_WITH_AS(linear_forward(x, w, b), doctest::Contains("fc1.weight is bf16 but the layer computes in fp16"),
-                       std::invalid_argument);
-  const Tensor xb(Precision::bf16, 4, 5);
-  CHECK_THROWS_WITH_AS(linear_forward(xb, w, b), doctest::Contains("fc1.weight is 2x3, expected 2x5"),
+TEST_CASE("Linear: mixed operands are the policy's business; wrong shapes are errors") {
+  // The weights are bf16 copies, the input f16: the policy says bf16, so the
+  // input is cast at the boundary instead of refused.
+  Linear fc = linear_of(MatrixF::Ones(2, 3), MatrixF::Zero(1, 2), DType::bf16);
+  Context ctx = uniform(DType::bf16);
+  const Tensor y = fc.forward(Tensor(DType::f16, {4, 3}), ctx);
+  CHECK(y.dtype() == DType::bf16);
+  CHECK(ctx.casts().casts == 1);
+  CHECK_THROWS_WITH_AS(fc.forward(Tensor(DType::bf16, {4, 5}), ctx),
+                       "fc.weight: x is 4x5 but the layer takes [B, 3]", std::invalid_argument);
+  Linear fresh = linear_of(MatrixF::Ones(2, 3), MatrixF::Zero(1, 2), DType::f32);
+  CHECK_THROWS_WITH_AS(fresh.backward(Tensor(DType::f32, {4, 2}), ctx), "Linear fc::backward: call forward() first",
+                       std::logic_error);
+  fresh.forward(Tensor(DType::f32, {4, 3}), ctx);
+  CHECK_THROWS_WITH_AS(fresh.backward(Tensor(DType::f32, {4, 3}), ctx), "dy is 4x3, expected 4x2",
                        std::invalid_argument);
 }
 
-TEST_CASE("activations and losses: FP32 math on widened values, stored in the tensor's precision") {
+TEST_CASE("activations and losses: FP32 math on widened values, stored in the tensor's dtype") {
   const MatrixF z = randn(5, 6, 50, 2.0).cast<float>(), dy = randn(5, 6, 51).cast<float>();
-  for (Precision p : {Precision::fp32, Precision::fp16, Precision::bf16}) {
-    CAPTURE(precision_name(p));
-    const Tensor zt = Tensor::from_fp32(z, p), dyt = Tensor::from_fp32(dy, p);
-    const MatrixF zs = zt.to_fp32(), dys = dyt.to_fp32();
-    const Tensor a = relu_forward(zt);
-    CHECK(same_bits(a.to_fp32(), layer_math::relu_forward<float>(zs)));  // exact: no rounding needed
-    CHECK(same_bits(relu_backward(a, dyt).to_fp32(), layer_math::relu_backward<float>(zs, dys)));
+  for (DType p : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(std::string(dtype_name(p)));
+    Context ctx = uniform(p);
+    const Tensor zt = Tensor::from_matrix(z, p), dyt = Tensor::from_matrix(dy, p);
+    const MatrixF zs = zt.to_matrix(), dys = dyt.to_matrix();
+    ReLU relu;
+    const Tensor a = relu.forward(zt, ctx);
+    CHECK(same_bits(a.to_matrix(), layer_math::relu_forward<float>(zs)));  // exact: no rounding needed
+    CHECK(same_bits(relu.backward(dyt, ctx).to_matrix(), layer_math::relu_backward<float>(zs, dys)));
+    CHECK(relu.saved().front()->shares_storage_with(a));  // it keeps its output, no copy
     for (GeluApproximation k : {GeluApproximation::none, GeluApproximation::tanh}) {
-      CHECK(same_bits(gelu_forward(zt, k).to_fp32(), rounded(layer_math::gelu_forward<float>(zs, k), p)));
-      CHECK(same_bits(gelu_backward(zt, dyt, k).to_fp32(),
+      GELU gelu(k);
+      CHECK(same_bits(gelu.forward(zt, ctx).to_matrix(), rounded(layer_math::gelu_forward<float>(zs, k), p)));
+      CHECK(same_bits(gelu.backward(dyt, ctx).to_matrix(),
                       rounded(layer_math::gelu_backward<float>(zs, dys, k), p)));
     }
     const std::vector<int> y{0, 5, 2, 3, 1};
     CHECK(cross_entropy_loss(zt, y) == layer_math::cross_entropy_forward<float>(zs, y));
+    CHECK(cross_entropy_loss(zt, y, ctx) == cross_entropy_loss(zt, y));  // the policy's path: the same number
     const Tensor d = cross_entropy_backward(zt, y, 256.0f);
-    CHECK(d.precision() == p);
-    CHECK(same_bits(d.to_fp32(), rounded(layer_math::cross_entropy_backward<float>(zs, y, 256.0f), p)));
+    CHECK(d.dtype() == p);
+    CHECK(same_bits(d.to_matrix(), rounded(layer_math::cross_entropy_backward<float>(zs, y, 256.0f), p)));
+    CHECK(same_bits(cross_entropy_backward(zt, y, 256.0f, ctx).to_matrix(), d.to_matrix()));
     const MatrixF target = MatrixF::Constant(5, 6, 0.25f);
     CHECK(mse_loss(zt, target) == layer_math::mse_forward<float>(zs, target));
-    CHECK(same_bits(mse_backward(zt, target, 2.0f).to_fp32(),
+    CHECK(same_bits(mse_backward(zt, target, 2.0f).to_matrix(),
                     rounded(layer_math::mse_backward<float>(zs, target, 2.0f), p)));
+    CHECK(ctx.casts().casts == 0);
   }
 }
 
@@ -303,10 +359,10 @@ TEST_CASE("cross-entropy gradients flush to zero in fp16 unless the loss is scal
   // A confident, correct prediction: softmax − onehot is ~1e-9 off the label.
   MatrixF z(1, 3);
   z << 20.0f, 0.0f, 0.0f;
-  const Tensor z16 = Tensor::from_fp32(z, Precision::fp16);
-  const MatrixF plain = cross_entropy_backward(z16, {0}).to_fp32();
+  const Tensor z16 = Tensor::from_matrix(z, DType::f16);
+  const MatrixF plain = cross_entropy_backward(z16, {0}).to_matrix();
   CHECK(plain(0, 1) == 0.0f);  // e^-20 ≈ 2.1e-9 < 2^-25: lost
-  const MatrixF scaled = cross_entropy_backward(z16, {0}, 65536.0f).to_fp32();
+  const MatrixF scaled = cross_entropy_backward(z16, {0}, 65536.0f).to_matrix();
   CHECK(scaled(0, 1) > 0.0f);  // 2^16·2.1e-9 ≈ 1.4e-4: kept
   CHECK(scaled(0, 1) / 65536.0f == doctest::Approx(std::exp(-20.0) / (1 + 2 * std::exp(-20.0))).epsilon(1e-3));
 }
@@ -314,6 +370,6 @@ TEST_CASE("cross-entropy gradients flush to zero in fp16 unless the loss is scal
 TEST_CASE("accuracy: argmax against labels") {
   MatrixF z(3, 2);
   z << 1, 2, 3, 0, 5, 5;
-  CHECK(accuracy(Tensor::from_fp32(z, Precision::fp16), {1, 0, 0}) == 1.0);
-  CHECK(accuracy(Tensor::from_fp32(z, Precision::fp32), {0, 0, 1}) == doctest::Approx(1.0 / 3));
+  CHECK(accuracy(Tensor::from_matrix(z, DType::f16), {1, 0, 0}) == 1.0);
+  CHECK(accuracy(Tensor::from_matrix(z, DType::f32), {0, 0, 1}) == doctest::Approx(1.0 / 3));
 }

@@ -13,18 +13,19 @@
 #include <vector>
 
 #include "mpt/nn/data.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 
 using namespace mpt;
 
 namespace {
 
-MlpConfig config(std::vector<int> sizes, Precision p, Activation a = Activation::relu, std::uint64_t seed = 7) {
+MlpConfig config(std::vector<int> sizes, DType p, Activation a = Activation::relu, std::uint64_t seed = 7) {
   MlpConfig c;
   c.sizes = std::move(sizes);
-  c.precision = p;
+  c.dtype = p;
   c.activation = a;
   c.seed = seed;
   return c;
@@ -65,7 +66,7 @@ struct Trained {
 double zero_fraction(const std::vector<Tensor>& grads) {
   double zeros = 0, n = 0;
   for (std::size_t k = 0; k < grads.size(); k += (k == 0 ? 1 : 2)) {
-    const MatrixF g = grads[k].to_fp32();
+    const MatrixF g = grads[k].to_matrix();
     zeros += static_cast<double>((g.array() == 0.0f).count());
     n += static_cast<double>(g.size());
   }
@@ -104,7 +105,7 @@ Trained train(Mlp& net, const Dataset& train_set, const Dataset* test_set, Opt w
     opt->zero_grad();
     net.backward(dout);
     if (loss_scale != 1.0f)
-      for (Parameter* p : net.parameters()) p->grad /= loss_scale;  // unscale in FP32
+      for (Parameter* p : net.parameters()) p->grad.f32() /= loss_scale;  // unscale in FP32
     r.flushed_fraction += zero_fraction(net.activation_gradients()) / steps;
     opt->step();
     const RefreshStats st = net.refresh_model_copies();
@@ -118,38 +119,37 @@ Trained train(Mlp& net, const Dataset& train_set, const Dataset* test_set, Opt w
 }  // namespace
 
 TEST_CASE("Mlp: parameters, PyTorch initialisation, determinism, errors") {
-  Mlp net(config({8, 16, 3}, Precision::fp16));
+  Mlp net(config({8, 16, 3}, DType::f16));
   const std::vector<Parameter*> ps = net.parameters();
   REQUIRE(ps.size() == 4);
   CHECK(net.num_layers() == 2);
   CHECK(ps[0]->name == "fc1.weight");
   CHECK(ps[1]->name == "fc1.bias");
   CHECK(ps[3]->name == "fc2.bias");
-  CHECK(ps[0]->master.rows() == 16);
-  CHECK(ps[0]->master.cols() == 8);
-  CHECK(ps[1]->master.rows() == 1);
-  CHECK(ps[1]->master.cols() == 16);
-  CHECK(ps[0]->model_fp16.rows() == 16);
-  CHECK(ps[0]->master.cwiseAbs().maxCoeff() <= 1 / std::sqrt(8.0));   // U(±1/√in)
-  CHECK(ps[2]->master.cwiseAbs().maxCoeff() <= 1 / std::sqrt(16.0));
-  CHECK(ps[0]->master.cwiseAbs().maxCoeff() > 0.8 / std::sqrt(8.0));   // and spread over it
-  Mlp same(config({8, 16, 3}, Precision::fp16)), other(config({8, 16, 3}, Precision::fp16, Activation::relu, 8));
-  CHECK(same.parameters()[0]->master == ps[0]->master);
-  CHECK(other.parameters()[0]->master != ps[0]->master);
-  MlpConfig zi = config({8, 16, 3}, Precision::fp32);
+  CHECK(ps[0]->master.shape() == Shape{16, 8});
+  CHECK(ps[1]->master.shape() == Shape{16});  // torch.nn.Linear's bias: [out]
+  CHECK(ps[0]->model_dtype() == DType::f16);
+  CHECK(ps[0]->weights().shape() == Shape{16, 8});
+  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() <= 1 / std::sqrt(8.0));   // U(±1/√in)
+  CHECK(ps[2]->master.f32().cwiseAbs().maxCoeff() <= 1 / std::sqrt(16.0));
+  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() > 0.8 / std::sqrt(8.0));   // and spread over it
+  Mlp same(config({8, 16, 3}, DType::f16)), other(config({8, 16, 3}, DType::f16, Activation::relu, 8));
+  CHECK(same.parameters()[0]->master.f32() == ps[0]->master.f32());
+  CHECK(other.parameters()[0]->master.f32() != ps[0]->master.f32());
+  MlpConfig zi = config({8, 16, 3}, DType::f32);
   zi.zero_init_output = true;
   Mlp zero_head(zi);
-  CHECK(zero_head.parameters()[2]->master.isZero(0));
-  CHECK(zero_head.parameters()[3]->master.isZero(0));
-  CHECK_FALSE(zero_head.parameters()[0]->master.isZero(0));
+  CHECK(zero_head.parameters()[2]->master.f32().isZero(0));
+  CHECK(zero_head.parameters()[3]->master.f32().isZero(0));
+  CHECK_FALSE(zero_head.parameters()[0]->master.f32().isZero(0));
 
-  CHECK_THROWS_AS(Mlp(config({8}, Precision::fp32)), std::invalid_argument);
-  CHECK_THROWS_AS(Mlp(config({8, 0, 2}, Precision::fp32)), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(net.backward(Tensor(Precision::fp16, 2, 3)), "Mlp::backward: call forward() first",
+  CHECK_THROWS_AS(Mlp(config({8}, DType::f32)), std::invalid_argument);
+  CHECK_THROWS_AS(Mlp(config({8, 0, 2}, DType::f32)), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(net.backward(Tensor(DType::f16, {2, 3})), "Mlp::backward: call forward() first",
                        std::logic_error);
   CHECK_THROWS_AS(net.forward(MatrixF::Zero(2, 7)), std::invalid_argument);
   net.forward(MatrixF::Zero(2, 8));
-  CHECK_THROWS_AS(net.backward(Tensor(Precision::fp16, 2, 4)), std::invalid_argument);
+  CHECK_THROWS_AS(net.backward(Tensor(DType::f16, {2, 4})), std::invalid_argument);
 }
 
 TEST_CASE("Mlp: activation bytes are the allocated buffers; fp16 and bf16 are half of fp32") {
@@ -157,7 +157,7 @@ TEST_CASE("Mlp: activation bytes are the allocated buffers; fp16 and bf16 are ha
   // ReLU keeps x, the two hidden outputs and the logits:
   // 64·(8 + 32 + 32 + 4) = 4864 elements.
   std::size_t relu_bytes[3], gelu_bytes[3];
-  const Precision ps[3] = {Precision::fp32, Precision::fp16, Precision::bf16};
+  const DType ps[3] = {DType::f32, DType::f16, DType::bf16};
   for (int i = 0; i < 3; ++i) {
     Mlp relu(config({8, 32, 32, 4}, ps[i]));
     CHECK(relu.activation_bytes() == 0);  // nothing kept before a forward
@@ -182,7 +182,7 @@ TEST_CASE("Mlp (fp32): gradients match the FP64 layer math") {
   // any mis-wiring (wrong saved tensor, wrong layer order) is an O(1) error.
   for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
     CAPTURE(static_cast<int>(act));
-    Mlp net(config({5, 7, 6, 3}, Precision::fp32, act, 3));
+    Mlp net(config({5, 7, 6, 3}, DType::f32, act, 3));
     Rng rng(4);
     MatrixF x(9, 5);
     for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
@@ -191,12 +191,12 @@ TEST_CASE("Mlp (fp32): gradients match the FP64 layer math") {
     const float loss = cross_entropy_loss(logits, y);
     net.backward(cross_entropy_backward(logits, y));
     const auto P = net.parameters();
-    const auto d = [](const MatrixF& m) { return m.cast<double>().eval(); };
+    const auto d = [](const Tensor& t) { return t.to_matrix().cast<double>().eval(); };
     const GeluApproximation ga = act == Activation::gelu_tanh ? GeluApproximation::tanh : GeluApproximation::none;
     const auto fwd_act = [&](const Mat<double>& z) {
       return act == Activation::relu ? layer_math::relu_forward<double>(z) : layer_math::gelu_forward<double>(z, ga);
     };
-    const Mat<double> x0 = d(x);
+    const Mat<double> x0 = x.cast<double>();
     const Mat<double> z1 = layer_math::linear_forward<double>(x0, d(P[0]->master), d(P[1]->master));
     const Mat<double> a1 = fwd_act(z1);
     const Mat<double> z2 = layer_math::linear_forward<double>(a1, d(P[2]->master), d(P[3]->master));
@@ -226,7 +226,7 @@ TEST_CASE("blobs: fp32 learns; fp16 and bf16 with FP32 master weights match it")
   bo.samples = 1024;
   const Split s = train_test_split(make_blobs(bo), 0.25, 5);
   Trained r[3];
-  const Precision ps[3] = {Precision::fp32, Precision::fp16, Precision::bf16};
+  const DType ps[3] = {DType::f32, DType::f16, DType::bf16};
   for (int i = 0; i < 3; ++i) {
     Mlp net(config({8, 32, 32, 4}, ps[i], Activation::gelu));
     r[i] = train(net, s.train, &s.test, Opt::adamw, 3e-3, 300, 64);
@@ -247,11 +247,11 @@ TEST_CASE("blobs: fp32 learns; fp16 and bf16 with FP32 master weights match it")
 TEST_CASE("tiny targets: fp16 without loss scaling flushes gradients and stalls; scaled fp16 tracks fp32") {
   const Dataset d = make_tiny_target_regression();
   const double target_power = d.targets.cast<double>().array().square().mean();
-  struct Run { const char* name; Precision p; float scale; Trained r; };
-  std::vector<Run> runs = {{"fp32", Precision::fp32, 1.0f, {}},
-                           {"fp16, no scaling", Precision::fp16, 1.0f, {}},
-                           {"fp16, loss scale 2^16", Precision::fp16, 65536.0f, {}},
-                           {"bf16, no scaling", Precision::bf16, 1.0f, {}}};
+  struct Run { const char* name; DType p; float scale; Trained r; };
+  std::vector<Run> runs = {{"fp32", DType::f32, 1.0f, {}},
+                           {"fp16, no scaling", DType::f16, 1.0f, {}},
+                           {"fp16, loss scale 2^16", DType::f16, 65536.0f, {}},
+                           {"bf16, no scaling", DType::bf16, 1.0f, {}}};
   for (Run& run : runs) {
     MlpConfig c = config({8, 32, 32, 4}, run.p, Activation::relu, 3);
     c.zero_init_output = true;
@@ -279,7 +279,7 @@ TEST_CASE("fp16 weights without FP32 master weights lose small updates") {
   const Split s = train_test_split(make_blobs(bo), 0.25, 5);
   Trained r[3];
   const MasterWeights modes[3] = {MasterWeights::fp32, MasterWeights::fp32, MasterWeights::none};
-  const Precision ps[3] = {Precision::fp32, Precision::fp16, Precision::fp16};
+  const DType ps[3] = {DType::f32, DType::f16, DType::f16};
   for (int i = 0; i < 3; ++i) {
     MlpConfig c = config({8, 32, 32, 4}, ps[i]);
     c.master_weights = modes[i];
@@ -300,27 +300,27 @@ TEST_CASE("fp16 weights without FP32 master weights lose small updates") {
 }
 
 TEST_CASE("refresh_model_copies: what forward reads after a step") {
-  Mlp net(config({2, 3, 2}, Precision::fp16));
+  Mlp net(config({2, 3, 2}, DType::f16));
   Parameter& w = *net.parameters()[0];
-  const float w0 = w.master(0, 0);
-  w.master(0, 0) = w0 + 1e-6f;  // far below fp16's ulp at ~0.5: not visible yet
-  w.master(0, 1) += 0.25f;      // visible
+  const float w0 = w.master.f32()(0, 0);
+  w.master.f32()(0, 0) = w0 + 1e-6f;  // far below fp16's ulp at ~0.5: not visible yet
+  w.master.f32()(0, 1) += 0.25f;      // visible
   RefreshStats st = net.refresh_model_copies();
   CHECK(st.elements == 6 + 3 + 6 + 2);
   CHECK(st.changed == 1);
   CHECK(st.lost == 0);
-  CHECK(w.master(0, 0) == w0 + 1e-6f);  // the master keeps it
+  CHECK(w.master.f32()(0, 0) == w0 + 1e-6f);  // the master keeps it
 
-  MlpConfig c = config({2, 3, 2}, Precision::fp16);
+  MlpConfig c = config({2, 3, 2}, DType::f16);
   c.master_weights = MasterWeights::none;
   Mlp pure(c);
   Parameter& v = *pure.parameters()[0];
-  CHECK(v.master == model_copy(v).to_fp32());  // the weights are the fp16 values from the start
-  const float v0 = v.master(0, 0);
-  v.master(0, 0) = v0 + 1e-6f;
-  v.master(0, 1) += 0.25f;
+  CHECK(v.master.f32() == v.weights().to_matrix());  // the weights are the fp16 values from the start
+  const float v0 = v.master.f32()(0, 0);
+  v.master.f32()(0, 0) = v0 + 1e-6f;
+  v.master.f32()(0, 1) += 0.25f;
   st = pure.refresh_model_copies();
   CHECK(st.changed == 1);
   CHECK(st.lost == 1);
-  CHECK(v.master(0, 0) == v0);  // rounded away for good
+  CHECK(v.master.f32()(0, 0) == v0);  // rounded away for good
 }

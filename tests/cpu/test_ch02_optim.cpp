@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "mpt/nn/layers.hpp"
-#include "mpt/optim/optim.hpp"
+#include "mpt/nn/losses.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
 
 using namespace mpt;
 
@@ -28,11 +29,11 @@ const Vec kInit = {1.0, -2.0, 0.5, 3.0};
 Parameter param_2x2() {
   MatrixF init(2, 2);
   for (int i = 0; i < 4; ++i) init.data()[i] = static_cast<float>(kInit[static_cast<std::size_t>(i)]);
-  return make_parameter("p", init, Precision::fp32);
+  return make_parameter("p", init, DType::f32);
 }
 
 void set_grad(Parameter& p, const Vec& g) {
-  for (int i = 0; i < 4; ++i) p.grad.data()[i] = static_cast<float>(g[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 4; ++i) p.grad.f32_data()[i] = static_cast<float>(g[static_cast<std::size_t>(i)]);
 }
 
 // The grads as the FP32 parameter holds them (what the double reference must use).
@@ -100,7 +101,7 @@ TEST_CASE("defaults are PyTorch's") {
   CHECK(a.beta2 == 0.999);
   CHECK(a.eps == 1e-8);
   CHECK(a.weight_decay == 1e-2);
-  CHECK(a.state_format == Precision::fp32);
+  CHECK(a.state_dtype == DType::f32);
 }
 
 TEST_CASE("SGD: three steps match the documented update rule") {
@@ -120,7 +121,7 @@ TEST_CASE("SGD: three steps match the documented update rule") {
       set_grad(p, kGrads[static_cast<std::size_t>(t)]);
       opt.step();
     }
-    check_close(p.master, sgd_reference(c.o, 3));
+    check_close(p.master.f32(), sgd_reference(c.o, 3));
     CHECK(opt.state_bytes() == (c.o.momentum != 0 ? 16u : 0u));
   }
 }
@@ -138,7 +139,7 @@ TEST_CASE("AdamW: three steps on a 2x2 parameter match the documented update rul
       opt.step();
     }
     CHECK(opt.step_count() == 3);
-    check_close(p.master, adamw_reference(o, 3));
+    check_close(p.master.f32(), adamw_reference(o, 3));
   }
 }
 
@@ -151,9 +152,9 @@ TEST_CASE("AdamW: the first step moves each weight by about lr, whatever the gra
   AdamW opt({&p}, o);
   set_grad(p, kGrads[0]);
   opt.step();
-  CHECK(p.master(0, 0) == doctest::Approx(1.0 - 1e-3).epsilon(1e-6));
-  CHECK(p.master(0, 1) == doctest::Approx(-2.0 + 1e-3).epsilon(1e-6));
-  CHECK(p.master(1, 0) == doctest::Approx(0.5 - 1e-3 * 3e-9 / (3e-9 + 1e-8)).epsilon(1e-6));
+  CHECK(p.master.f32()(0, 0) == doctest::Approx(1.0 - 1e-3).epsilon(1e-6));
+  CHECK(p.master.f32()(0, 1) == doctest::Approx(-2.0 + 1e-3).epsilon(1e-6));
+  CHECK(p.master.f32()(1, 0) == doctest::Approx(0.5 - 1e-3 * 3e-9 / (3e-9 + 1e-8)).epsilon(1e-6));
 }
 
 TEST_CASE("AdamW: weight decay is decoupled — it does not go through m and v") {
@@ -167,7 +168,7 @@ TEST_CASE("AdamW: weight decay is decoupled — it does not go through m and v")
   AdamW opt({&p}, o);
   for (int t = 0; t < 4; ++t) opt.step();  // grads are zero
   for (int i = 0; i < 4; ++i)
-    CHECK(p.master.data()[i] == doctest::Approx(kInit[static_cast<std::size_t>(i)] * std::pow(0.95, 4)).epsilon(1e-6));
+    CHECK(p.master.f32_data()[i] == doctest::Approx(kInit[static_cast<std::size_t>(i)] * std::pow(0.95, 4)).epsilon(1e-6));
   CHECK(opt.exp_avg(0).isZero(0));
   CHECK(opt.exp_avg_sq(0).isZero(0));
 }
@@ -175,17 +176,17 @@ TEST_CASE("AdamW: weight decay is decoupled — it does not go through m and v")
 TEST_CASE("optimizers update the FP32 master, and zero_grad clears the grads") {
   MatrixF init(1, 2);
   init << 1.0f, 2.0f;
-  Parameter p = make_parameter("p", init, Precision::fp16);
-  p.grad << 1e-4f, 0.0f;
+  Parameter p = make_parameter("p", init, DType::f16);
+  p.grad.f32() << 1e-4f, 0.0f;
   SGD opt({&p}, {1e-3, 0, 0, 0, false});
   opt.step();
   // 1 − 1e-7 is not an fp16 value (fp16's spacing at 1 is 2^-10): the master
   // keeps the update, the model copy does not see it until refreshed and
   // even then rounds back to 1.
-  CHECK(p.master(0, 0) == 1.0f - 1e-7f);
-  CHECK(static_cast<float>(p.model_fp16(0, 0)) == 1.0f);
+  CHECK(p.master.f32()(0, 0) == 1.0f - 1e-7f);
+  CHECK(p.weights().value(0) == 1.0f);
   opt.zero_grad();
-  CHECK(p.grad.isZero(0));
+  CHECK(p.grad.f32().isZero(0));
 }
 
 TEST_CASE("invalid hyperparameters get PyTorch's errors") {
@@ -214,8 +215,8 @@ TEST_CASE("invalid hyperparameters get PyTorch's errors") {
   ok.set_lr(0.5);
   CHECK(ok.lr() == 0.5);
   // A gradient of the wrong shape is named.
-  p.grad.resize(1, 1);
-  CHECK_THROWS_WITH_AS(ok.step(), doctest::Contains("parameter p: grad is 1x1 but the weights are 2x2"),
+  p.grad = Tensor(DType::f32, {1, 1});
+  CHECK_THROWS_WITH_AS(ok.step(), doctest::Contains("parameter p: grad is 1x1 f32 but the weights are 2x2 f32"),
                        std::invalid_argument);
 }
 
@@ -224,19 +225,19 @@ TEST_CASE("pitfall: AdamW arithmetic in fp16 — eps = 1e-8 is zero there") {
   // and for a gradient of 1e-5 the term (1 − β2)·g² ≈ 1e-13 underflows, so
   // v = 0 and the update m/(√v + eps) = m/0 is infinite.
   MatrixF init = MatrixF::Constant(2, 2, 0.5f);
-  Parameter p16 = make_parameter("p", init, Precision::fp32), p32 = p16;
-  p16.grad.setConstant(1e-5f);
-  p32.grad.setConstant(1e-5f);
+  Parameter p16 = make_parameter("p", init, DType::f32), p32 = p16;
+  p16.grad.f32().setConstant(1e-5f);
+  p32.grad.f32().setConstant(1e-5f);
   AdamWOptions o;
-  o.state_format = Precision::fp16;
+  o.state_dtype = DType::f16;
   AdamW bad({&p16}, o);
   AdamW good({&p32});  // PyTorch: state and eps in FP32
   bad.step();
   good.step();
-  CHECK(p16.master.array().isInf().all());
+  CHECK(p16.master.f32().array().isInf().all());
   CHECK(bad.exp_avg_sq(0).isZero(0));
-  CHECK(p32.master.allFinite());
-  CHECK(p32.master(0, 0) == doctest::Approx(0.5 * (1 - 1e-5) - 1e-3).epsilon(1e-6));
+  CHECK(p32.master.f32().allFinite());
+  CHECK(p32.master.f32()(0, 0) == doctest::Approx(0.5 * (1 - 1e-5) - 1e-3).epsilon(1e-6));
   // Half the state memory: 2 tensors x 4 elements x 2 bytes.
   CHECK(bad.state_bytes() == 16);
   CHECK(good.state_bytes() == 32);
@@ -247,7 +248,7 @@ TEST_CASE("pitfall: AdamW arithmetic in fp16 — eps = 1e-8 is zero there") {
   AdamWOptions oq;
   oq.lr = 0.1;
   AdamWOptions oq16 = oq;
-  oq16.state_format = Precision::fp16;
+  oq16.state_dtype = DType::f16;
   AdamW a16({&q16}, oq16), a32({&q32}, oq);
   const std::vector<Vec> moderate = {{0.5, -1.25, 0.75, 2.0}, {0.25, -0.5, -1.0, 1.5}};
   for (const Vec& g : moderate) {
@@ -256,5 +257,5 @@ TEST_CASE("pitfall: AdamW arithmetic in fp16 — eps = 1e-8 is zero there") {
     a16.step();
     a32.step();
   }
-  CHECK((q16.master - q32.master).cwiseAbs().maxCoeff() < 0.2 * 1e-2);  // updates are ~0.1; fp16 ε ≈ 1e-3
+  CHECK((q16.master.f32() - q32.master.f32()).cwiseAbs().maxCoeff() < 0.2 * 1e-2);  // updates are ~0.1; fp16 ε ≈ 1e-3
 }

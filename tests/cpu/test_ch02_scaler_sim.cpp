@@ -72,15 +72,14 @@ TEST_CASE("simulate: agrees with a GradScaler driven by hand, for default option
   REQUIRE(sim.rows.size() == 4100);
 
   mpt::GradScaler scaler;  // PyTorch's defaults, as the spec's
-  mpt::Parameter p;
-  p.grad = mpt::MatrixF::Zero(1, 2);
+  mpt::Parameter p("p", mpt::Tensor(mpt::DType::f32, {1, 2}));
   struct Counting : mpt::Optimizer {
     explicit Counting(mpt::Parameter* q) : Optimizer({q}) {}
     void step() override {}
   } opt(&p);
   for (std::int64_t k = 1; k <= 4100; ++k) {
     const bool overflow = k <= 3 || k == 2500;
-    p.grad(0, 0) = overflow ? INFINITY : scaler.scale(1.0f);
+    p.grad.f32()(0, 0) = overflow ? INFINITY : scaler.scale(1.0f);
     scaler.scale(1.0f);
     const bool stepped = scaler.step(opt);
     scaler.update();

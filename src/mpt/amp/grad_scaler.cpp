@@ -68,7 +68,7 @@ std::optional<bool> unscale_grads(Optimizer& optimizer, float inv_scale) {
   TensorList grads;
   grads.reserve(optimizer.params().size());
   for (Parameter* p : optimizer.params())
-    grads.emplace_back(p->grad.data(), static_cast<std::size_t>(p->grad.size()));
+    grads.emplace_back(p->grad.f32_data(), static_cast<std::size_t>(p->grad.numel()));
   return unscale_and_check(grads, inv_scale);
 }
 

@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GradScaler.
-// Depends on: parameter.hpp (Parameter, Optimizer); the .cpp also on
+// Depends on: the optim tier (optimizer.hpp: Parameter, Optimizer); the .cpp also on
 // scaler_math.hpp (the update rule shared with the CUDA kernels), unscale.hpp
 // (the fused unscale-and-check over a list of gradients, built on
 // scaler_math.hpp's per-element function) and nlohmann_json (state_dict).
@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "mpt/nn/parameter.hpp"
+#include "mpt/optim/optimizer.hpp"
 
 namespace mpt {
 

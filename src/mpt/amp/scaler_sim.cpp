@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation.
-// Depends on: scaler_sim.hpp, grad_scaler.hpp, parameter.hpp, explain.hpp
+// Depends on: scaler_sim.hpp, grad_scaler.hpp, the optim tier (Optimizer), explain.hpp
 // (shortest_decimal), nlohmann_json; POSIX (posix_spawnp) to run gnuplot.
 #include "mpt/amp/scaler_sim.hpp"
 
@@ -83,10 +83,7 @@ ScalerSimulation simulate_scaler(const ScalerSimulationSpec& spec) {
           : spec.overflow_at;
   for (std::int64_t k : drawn) overflow[static_cast<std::size_t>(k)] = 1;
 
-  Parameter w;
-  w.name = "w";
-  w.master = MatrixF::Zero(1, 4);
-  w.grad = MatrixF::Zero(1, 4);
+  Parameter w("w", Tensor(DType::f32, {1, 4}));
   CountingOptimizer optimizer(&w);
 
   ScalerSimulation sim;
@@ -98,8 +95,8 @@ ScalerSimulation simulate_scaler(const ScalerSimulationSpec& spec) {
     // A stand-in for backward: gradients proportional to the scaled loss
     // (factors <= 1, so they stay finite at any finite scale); an overflow
     // step gets the inf that an FP16 overflow in backward would produce.
-    w.grad << scaled_loss, 0.5f * scaled_loss, 0.25f * scaled_loss, -0.125f * scaled_loss;
-    if (overflow[static_cast<std::size_t>(k)]) w.grad(0, 1) = std::numeric_limits<float>::infinity();
+    w.grad.f32() << scaled_loss, 0.5f * scaled_loss, 0.25f * scaled_loss, -0.125f * scaled_loss;
+    if (overflow[static_cast<std::size_t>(k)]) w.grad.f32()(0, 1) = std::numeric_limits<float>::infinity();
     const bool stepped = scaler.step(optimizer);
     scaler.update();
     sim.rows.push_back({k, overflow[static_cast<std::size_t>(k)] != 0, scaler.get_scale(),

@@ -363,3 +363,37 @@ void encode8_avx2(const float* in, std::uint8_t* out, std::size_t n, const Round
 }
 
 }  // namespace mpt::detail
+
+namespace mpt::detail {
+namespace {
+
+/// NaN lanes of v become the canonical quiet NaN with v's sign, as decode()
+/// returns it (F16C keeps a NaN's payload; the portable decode does not).
+inline __m256 canonical_nan8(__m256 v) {
+  const __m256 nan_lanes = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  const __m256 sign = _mm256_and_ps(v, _mm256_castsi256_ps(set1(0x80000000u)));
+  const __m256 quiet = _mm256_or_ps(sign, _mm256_castsi256_ps(set1(0x7fc00000u)));
+  return _mm256_blendv_ps(v, quiet, nan_lanes);
+}
+
+}  // namespace
+
+void decode16_avx2(const std::uint16_t* in, float* out, std::size_t n, const FormatSpec& spec) {
+  std::size_t i = 0;
+  if (spec.exponent_bits == 5 && spec.mantissa_bits == 10) {
+    // fp16 -> fp32 is exact: F16C's conversion, subnormals included.
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+      _mm256_storeu_ps(out + i, canonical_nan8(v));
+    }
+  } else if (spec.exponent_bits == 8 && spec.mantissa_bits == 7) {
+    // bf16 is the top half of an fp32: widening is a shift.
+    for (; i + 8 <= n; i += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+      _mm256_storeu_ps(out + i, canonical_nan8(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))));
+    }
+  }
+  for (; i < n; ++i) out[i] = decode(in[i], spec);
+}
+
+}  // namespace mpt::detail

@@ -49,6 +49,9 @@ void encode16_avx2(const float* in, std::uint16_t* out, std::size_t n, const Rou
 /// AVX2 round-and-encode to an 8-bit format (e4m3, e5m2): codes in uint8.
 void encode8_avx2(const float* in, std::uint8_t* out, std::size_t n, const RoundParams& p,
                   std::uint64_t first);
+/// AVX2/F16C decode of fp16 or bf16 codes (other 16-bit specs: the portable
+/// loop): the same bits as decode(), NaN canonicalised as it does.
+void decode16_avx2(const std::uint16_t* in, float* out, std::size_t n, const FormatSpec& spec);
 #endif
 
 }  // namespace mpt::detail

@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights.
-// Depends on: parameter.hpp (MatrixF), Eigen; zlib in data.cpp.
+// Depends on: the core tier (tensor.hpp: MatrixF, random.hpp: Rng), Eigen; zlib in data.cpp.
 //
 // Data for the training chapters: a portable seeded random generator,
 // synthetic sets built to make a failure happen deterministically, and the
@@ -16,8 +16,8 @@
 
 #include <Eigen/Core>
 
-#include "mpt/nn/parameter.hpp"
 #include "mpt/core/random.hpp"
+#include "mpt/core/tensor.hpp"
 
 namespace mpt {
 

@@ -1,24 +1,24 @@
-// Chapter 02 — loss scaling and FP32 master weights.
-// Depends on: layers.hpp, gemm.hpp, parameter.hpp, data.hpp (Rng for the
-// initialisation).
+// Chapter 02 — loss scaling and FP32 master weights: the MLP.
+// Depends on: module.hpp (Sequential), linear.hpp, activations.hpp,
+// parameter.hpp; the core tier (policy.hpp, context.hpp, random.hpp).
 //
-// A multilayer perceptron Linear → act → … → Linear that owns its
-// Parameters and its activation buffers, in one run precision. forward()
-// keeps what backward() needs, stored in the compute format; backward()
-// takes the (possibly loss-scaled) gradient of the logits and adds each
-// weight's FP32 gradient into Parameter::grad.
-//
-// Two weight modes, chosen explicitly: FP32 master weights with a rounded
-// model copy (mixed precision as published), or no master at all (the
-// pitfall: every update is rounded into the low-precision weights).
+// A multilayer perceptron Linear → activation → … → Linear, built as a
+// Sequential with named children (fc1, relu1, fc2, ..., fcL). It owns its
+// Context: the Policy its ops ask (uniform in MlpConfig::dtype unless a
+// policy is given), the count of the casts they make, and the trace when
+// one is attached. forward() keeps what backward() needs; backward() takes
+// the (possibly loss-scaled) gradient of the logits and adds each weight's
+// FP32 gradient into Parameter::grad.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "mpt/nn/gemm.hpp"
-#include "mpt/nn/layers.hpp"
+#include "mpt/core/context.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
 namespace mpt {
@@ -30,72 +30,49 @@ enum class Activation : std::uint8_t {
   gelu_tanh,  ///< tanh-approximated GELU (nn.GELU(approximate='tanh'))
 };
 
-/// Where the weights live between optimizer steps.
-enum class MasterWeights : std::uint8_t {
-  /// Mixed precision as published: the optimizer updates FP32 masters and
-  /// refresh_model_copies() rounds them into the fp16/bf16 copy that
-  /// forward and backward read. Updates smaller than the copy's ulp keep
-  /// accumulating in the master.
-  fp32,
-  /// THE PITFALL "fp16 weights without FP32 master weights": the weights
-  /// exist only in the run precision. The optimizer's arithmetic still runs
-  /// in FP32, but refresh_model_copies() writes the rounded weights back
-  /// into Parameter::master, so an update below half an ulp of the weight
-  /// is lost for good. Same as fp32 for an fp32 run.
-  none,
-};
-
 /// What an Mlp is built from.
 struct MlpConfig {
-  std::vector<int> sizes;                            ///< {inputs, hidden..., outputs}; at least 2 entries
-  Activation activation = Activation::relu;          ///< between Linear layers
-  Precision precision = Precision::fp32;             ///< activations, their gradients, model copies
-  MasterWeights master_weights = MasterWeights::fp32;///< see MasterWeights
-  std::uint64_t seed = 0;                            ///< initialisation
+  std::vector<int> sizes;                              ///< {inputs, hidden..., outputs}; at least 2 entries
+  Activation activation = Activation::relu;            ///< between Linear layers
+  DType dtype = DType::f32;                            ///< the uniform policy's dtype (Chapter 2's runs)
+  MasterWeights master_weights = MasterWeights::fp32;  ///< see MasterWeights
+  std::uint64_t seed = 0;                              ///< initialisation
   /// Start the last Linear at zero (weights and bias), so the output starts
   /// at exactly 0 — a common choice for regression heads, and what a set
   /// with tiny targets needs to start at the targets' scale. Default: the
   /// PyTorch initialisation for every layer.
   bool zero_init_output = false;
+  /// When set, the policy every op asks instead of UniformPolicy(dtype).
+  std::shared_ptr<const Policy> policy;
 };
 
-/// What one refresh_model_copies() did to the weights forward() reads,
-/// compared with what it read before the optimizer step.
-struct RefreshStats {
-  std::size_t elements = 0;  ///< parameter elements in the model
-  std::size_t changed = 0;   ///< elements forward() will now read a new value for
-  /// MasterWeights::none only: elements the optimizer moved whose weight
-  /// rounded back to its old value — updates lost for good. Always 0 with
-  /// FP32 masters, which keep such updates.
-  std::size_t lost = 0;
-};
-
-/// Linear layers i = 0..L-1 named "fc{i+1}.weight" [out, in] and
-/// "fc{i+1}.bias" [1, out], initialised as PyTorch's nn.Linear does
-/// (uniform in ±1/√in, from Rng(seed); see MlpConfig::zero_init_output),
-/// with the activation after every layer but the last.
-class Mlp {
+/// Linear layers fc1..fcL (weights "fc{i}.weight" [out, in], biases
+/// "fc{i}.bias" [out]), initialised as PyTorch's nn.Linear does (uniform in
+/// ±1/√in, from Rng(seed); see MlpConfig::zero_init_output), with the
+/// activation (relu{i} or gelu{i}) after every Linear but the last.
+class Mlp final : public Sequential {
  public:
   /// Build and initialise; throws std::invalid_argument on fewer than two
   /// sizes or a size below 1.
   explicit Mlp(MlpConfig config);
-  Mlp(const Mlp&) = delete;             ///< optimizers hold pointers to the parameters
-  Mlp& operator=(const Mlp&) = delete;  ///< optimizers hold pointers to the parameters
-  Mlp(Mlp&&) = default;                 ///< moves keep the parameters' addresses
-  Mlp& operator=(Mlp&&) = default;      ///< moves keep the parameters' addresses
+  Mlp(Mlp&&) = default;             ///< moves keep the parameters' addresses (the layers live on the heap)
+  Mlp& operator=(Mlp&&) = default;  ///< moves keep the parameters' addresses
 
-  /// x [B, inputs] (FP32, rounded into the run precision first, as
-  /// autocast casts a Linear's input) → logits [B, outputs] stored in the
-  /// run precision. Keeps the activations backward() needs; the returned
-  /// reference is valid until the next forward().
+  using Sequential::backward;
+  using Sequential::forward;
+
+  /// x [B, inputs] (FP32; each op casts it to the dtype it reads, as
+  /// autocast casts a Linear's input) → logits [B, outputs] in the last
+  /// op's output dtype. Runs in context(). Keeps what backward() needs; the
+  /// returned reference is valid until the next forward().
   const Tensor& forward(const MatrixF& x);
 
   /// dlogits [B, outputs]: the gradient of the (scaled) loss with respect to
-  /// the logits of the last forward(); rounded into the run precision if
-  /// it arrives in another (autograd casts a gradient to its tensor's
-  /// dtype). Adds every weight's gradient into its Parameter::grad (FP32;
-  /// still scaled if the loss was). Throws std::logic_error without a
-  /// preceding forward().
+  /// the logits of the last forward(); cast to the logits' dtype if it
+  /// arrives in another (autograd casts a gradient to its tensor's dtype).
+  /// Adds every weight's gradient into its Parameter::grad (FP32; still
+  /// scaled if the loss was). Throws std::logic_error without a preceding
+  /// forward(), std::invalid_argument for a wrong shape.
   void backward(const Tensor& dlogits);
 
   /// After an optimizer step: round each master into the model copy; in
@@ -104,34 +81,32 @@ class Mlp {
   RefreshStats refresh_model_copies();
 
   /// Bytes of the activation buffers the last forward() kept for backward
-  /// (the input, each Linear's input, each GELU's input, the logits):
-  /// Tensor::bytes() summed, i.e. what is allocated — half of fp32's in
-  /// fp16/bf16.
+  /// (each Linear's input, each GELU's input, the logits), each buffer once:
+  /// what is allocated — half of f32's in f16/bf16.
   std::size_t activation_bytes() const;
 
-  /// The gradients that flowed between layers in the last backward(), in
-  /// the run precision, from the logits down to the first hidden layer's
-  /// output (dlogits, then per hidden layer d(activation output) and
-  /// d(pre-activation)). Kept for inspection — histograms of gradient
-  /// magnitudes, fractions flushed to zero; not counted in activation_bytes().
-  const std::vector<Tensor>& activation_gradients() const { return act_grads_; }
+  /// The gradients that flowed between layers in the last backward(), each
+  /// in its tensor's dtype, from the logits down to fc1's output: dlogits,
+  /// then per hidden layer d(activation output) and d(pre-activation).
+  /// Kept for inspection — histograms of gradient magnitudes, fractions
+  /// flushed to zero; not counted in activation_bytes().
+  const std::vector<Tensor>& activation_gradients() const { return output_gradients(); }
 
-  /// Every parameter, in order fc1.weight, fc1.bias, fc2.weight, … (the
-  /// pointers stay valid for the Mlp's lifetime; hand them to an optimizer).
-  std::vector<Parameter*> parameters();
   /// The configuration it was built from.
   const MlpConfig& config() const { return config_; }
   /// Number of Linear layers.
-  std::size_t num_layers() const { return params_.size() / 2; }
+  std::size_t num_layers() const { return config_.sizes.size() - 1; }
+  /// The Context forward()/backward() run in: its policy, its cast count,
+  /// attach a Trace with context().set_trace().
+  Context& context() { return ctx_; }
+  /// Ask `policy` from now on: the parameters' model copies are remade in
+  /// the dtypes it gives them (the masters are unchanged).
+  void set_policy(std::shared_ptr<const Policy> policy);
 
  private:
   MlpConfig config_;
-  std::vector<Parameter> params_;   // weight, bias per layer; never resized after construction
-  std::vector<Tensor> inputs_;      // [l]: the input of Linear l (x for l = 0)
-  std::vector<Tensor> pre_act_;     // [l]: Linear l's output, kept when the activation needs it
+  Context ctx_;
   Tensor logits_;
-  std::vector<Tensor> act_grads_;
-  std::vector<MatrixF> seen_;       // per parameter: the weights as forward read them (for RefreshStats)
   bool have_forward_ = false;
 };
 

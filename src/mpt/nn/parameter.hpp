@@ -1,58 +1,89 @@
-// Chapter 02 — loss scaling and FP32 master weights.
-// Depends on: Eigen, format.hpp.
+// Chapter 02 — loss scaling and FP32 master weights: the Parameter.
+// Depends on: the core tier (tensor.hpp, dtype.hpp).
 //
-// A trainable parameter as mixed precision keeps it: the FP32 master copy
-// the optimizer updates, the low-precision model copy that forward and
-// backward read (2 bytes an element for fp16/bf16, really allocated), and
-// the FP32 gradient the optimizer and the GradScaler work on.
+// A trainable tensor as mixed precision keeps it: the FP32 master the
+// optimizer updates, the model copy that forward and backward read — in the
+// dtype the policy gives it, 2 bytes an element for f16/bf16, really
+// allocated; none for f32, where forward reads the master itself — and the
+// FP32 gradient the optimizer and the GradScaler work on.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
-#include <vector>
 
-#include <Eigen/Core>
-
-#include "mpt/formats/format.hpp"
+#include "mpt/core/dtype.hpp"
+#include "mpt/core/tensor.hpp"
 
 namespace mpt {
 
-/// Row-major FP32 matrix (4 bytes an element): master weights, gradients.
-using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-/// Row-major fp16 matrix (2 bytes an element, Eigen::half).
-using MatrixH = Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-/// Row-major bf16 matrix (2 bytes an element, Eigen::bfloat16).
-using MatrixB = Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-/// One trainable tensor. `master` is the truth; `refresh_model_copy()`
-/// rounds it into the model copy after each optimizer step.
-struct Parameter {
-  std::string name;  ///< e.g. "fc1.weight"
-  MatrixF master;    ///< FP32 master weights (what the optimizer updates)
-  MatrixF grad;      ///< FP32 gradient (scaled until GradScaler::unscale)
-  // The model copy that forward/backward read, in the run's compute format.
-  // Exactly one of these is non-empty unless the run is pure FP32 (then
-  // forward reads `master` directly).
-  MatrixH model_fp16;  ///< 2 bytes an element
-  MatrixB model_bf16;  ///< 2 bytes an element
+/// Where the weights live between optimizer steps.
+enum class MasterWeights : std::uint8_t {
+  /// Mixed precision as published: the optimizer updates FP32 masters and
+  /// the refresh rounds them into the low-precision copy that forward and
+  /// backward read. Updates smaller than the copy's ulp keep accumulating in
+  /// the master.
+  fp32,
+  /// THE PITFALL "fp16 weights without FP32 master weights": the weights
+  /// exist only in the model dtype. The optimizer's arithmetic still runs in
+  /// FP32, but the refresh writes the rounded weights back into the master,
+  /// so an update below half an ulp of the weight is lost for good. Same as
+  /// fp32 for an f32 model copy.
+  none,
 };
 
-/// The optimizer interface the GradScaler drives (PyTorch's optimizer.step()).
-class Optimizer {
+/// What one refresh did to the weights forward reads, compared with what it
+/// read before the optimizer step.
+struct RefreshStats {
+  std::size_t elements = 0;  ///< parameter elements refreshed
+  /// Elements of a low-precision copy that forward will now read a new value
+  /// for. An f32 parameter has no copy: it counts in `elements` only.
+  std::size_t changed = 0;
+  /// MasterWeights::none only: elements the optimizer moved whose weight
+  /// rounded back to its old value — updates lost for good. Always 0 with
+  /// FP32 masters, which keep such updates.
+  std::size_t lost = 0;
+  /// Add another refresh's counts.
+  RefreshStats& operator+=(const RefreshStats& o);
+};
+
+/// One trainable tensor. `master` is the truth; refresh() rounds it into the
+/// model copy after each optimizer step.
+class Parameter {
  public:
-  virtual ~Optimizer() = default;
-  /// Update every parameter's master weights from its grad.
-  virtual void step() = 0;
-  /// Set every grad to zero.
-  void zero_grad() {
-    for (Parameter* p : params_) p->grad.setZero();
-  }
-  /// The parameters this optimizer updates (GradScaler::unscale walks these grads).
-  const std::vector<Parameter*>& params() const { return params_; }
+  /// An empty parameter (f32, no elements).
+  Parameter() = default;
+  /// master = init (which must be f32: std::invalid_argument otherwise),
+  /// grad = 0 of the same shape, and the model copy = init rounded into
+  /// model_dtype (none for f32).
+  Parameter(std::string name, Tensor init, DType model_dtype = DType::f32);
 
- protected:
-  /// Subclasses hand over the parameters they update.
-  explicit Optimizer(std::vector<Parameter*> params) : params_(std::move(params)) {}
-  std::vector<Parameter*> params_;  ///< not owned; the model owns its parameters
+  std::string name;  ///< e.g. "fc1.weight"
+  Tensor master;     ///< FP32 master weights (what the optimizer updates)
+  Tensor grad;       ///< FP32 gradient (scaled until GradScaler::unscale)
+
+  /// The dtype forward and backward read the parameter in.
+  DType model_dtype() const { return model_dtype_; }
+  /// What forward and backward read: the model copy, or the master for f32.
+  const Tensor& weights() const { return model_dtype_ == DType::f32 ? master : model_; }
+  /// Give the parameter a model copy in d (rounded from the master now), or
+  /// drop it for f32.
+  void set_model_dtype(DType d);
+  /// After an optimizer step: round the master into the model copy; with
+  /// MasterWeights::none also write the rounded weights back into the
+  /// master. Returns what changed (see RefreshStats).
+  RefreshStats refresh(MasterWeights mode = MasterWeights::fp32);
+  /// Bytes of the model copy (0 for f32: forward reads the master).
+  std::size_t model_bytes() const { return model_dtype_ == DType::f32 ? 0 : model_.bytes(); }
+
+ private:
+  DType model_dtype_ = DType::f32;
+  Tensor model_;
 };
+
+/// A parameter holding the FP32 matrix `init`, its model copy in d.
+Parameter make_parameter(std::string name, const MatrixF& init, DType d);
+/// p.refresh(): round the master into the model copy (no-op for f32).
+inline RefreshStats refresh_model_copy(Parameter& p) { return p.refresh(); }
 
 }  // namespace mpt

@@ -1,15 +1,10 @@
-// Chapter 02 — loss scaling and FP32 master weights.
-// Depends on: gemm.hpp (Tensor, GEMM), parameter.hpp; Chapter 1 rounding.
+// Chapter 02 — loss scaling and FP32 master weights: the layers' formulas.
+// Depends on: gemm.hpp (matmul, Op), tensor.hpp (Mat).
 //
-// Layers with forward and backward written out (no autograd, as in llm.c):
-// Linear, ReLU, GELU, and this chapter's losses (softmax cross-entropy, MSE).
-//
-// Two levels. `layer_math` holds the formulas once, templated on the scalar:
-// the training path runs them in float, the tests run them in double and
-// check every backward against central finite differences. The functions
-// in `mpt` are the mixed-precision layers: they read stored tensors, compute
-// in FP32 and round their outputs into the run's precision exactly where a
-// GPU does (GEMM outputs, elementwise outputs, gradients flowing back).
+// The math of every layer and loss of Chapter 2, written once and templated
+// on the scalar: the layers (linear.hpp, activations.hpp, losses.hpp) run it
+// in float on widened tensors, the tests run it in double and check every
+// backward against central finite differences.
 #pragma once
 
 #include <cmath>
@@ -18,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "mpt/core/tensor.hpp"
 #include "mpt/nn/gemm.hpp"
-#include "mpt/nn/parameter.hpp"
 
 namespace mpt {
 
@@ -175,67 +170,5 @@ Mat<T> mse_backward(const Mat<T>& pred, const Mat<T>& target, T dloss) {
 }
 
 }  // namespace layer_math
-
-// --- parameters in a run's precision -----------------------------------------
-
-/// A parameter holding `init`: FP32 master = init, FP32 grad = 0 (same
-/// shape), and for fp16/bf16 the model copy = init rounded into p.
-Parameter make_parameter(std::string name, MatrixF init, Precision p);
-/// The precision forward and backward read the parameter in: that of its
-/// model copy, or fp32 when it has none (then they read the master).
-Precision model_precision(const Parameter& p);
-/// What forward and backward read: the model copy, or the master for fp32.
-MatrixRef model_copy(const Parameter& p);
-/// Round the master into the model copy (after an optimizer step); no-op
-/// when there is no model copy.
-void refresh_model_copy(Parameter& p);
-
-// --- mixed-precision layers --------------------------------------------------
-
-/// Linear forward. x [B, in] and the weight [out, in] and bias [1, out]
-/// model copies must share x's precision; y [B, out] = x·Wᵀ + b is one
-/// GEMM with FP32 accumulation and the bias added in FP32, rounded once
-/// into x's precision.
-Tensor linear_forward(const Tensor& x, const Parameter& weight, const Parameter& bias);
-
-/// Linear backward, everything in dy's precision p (x, dy and the model
-/// copies must share it):
-///  - dx [B, in] = dy·W: GEMM, FP32 accumulation, stored in p (returned;
-///    an empty tensor when want_dx is false, as for a network's first layer);
-///  - dW [out, in] = dyᵀ·x and db [1, out] = Σ dy: FP32 accumulation,
-///    rounded into p, then widened and *added* to weight.grad and bias.grad
-///    (FP32). The rounding is the one a GPU run makes: the gradient of an
-///    fp16 weight is an fp16 tensor (autocast, Apex O2) until it reaches the
-///    FP32 master's grad, so a weight gradient below fp16's range is zero.
-///    Adding, not assigning, is PyTorch's .grad accumulation.
-Tensor linear_backward(const Tensor& x, const Tensor& dy, Parameter& weight, Parameter& bias,
-                       bool want_dx = true);
-
-/// ReLU forward: max(x, 0) in x's precision (exact).
-Tensor relu_forward(const Tensor& x);
-/// ReLU backward from the saved output y (or input: same sign pattern):
-/// dy where y > 0, else 0, in dy's precision.
-Tensor relu_backward(const Tensor& y, const Tensor& dy);
-/// GELU forward: computed in FP32 from the widened x, stored in x's precision.
-Tensor gelu_forward(const Tensor& x, GeluApproximation a = GeluApproximation::none);
-/// GELU backward from the saved input x: dy·gelu'(x) in FP32, stored in dy's precision.
-Tensor gelu_backward(const Tensor& x, const Tensor& dy,
-                     GeluApproximation a = GeluApproximation::none);
-
-/// Mean softmax cross-entropy of logits [B, C] (any precision, widened to
-/// FP32 first — autocast runs the loss in FP32) against B class ids.
-float cross_entropy_loss(const Tensor& logits, const std::vector<int>& labels);
-/// Its gradient dloss·(softmax − onehot)/B, computed in FP32 and stored in
-/// the logits' precision (the gradient of an fp16 tensor is fp16): the first
-/// place where small gradients flush to zero when dloss (the loss scale) is 1.
-Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels,
-                              float dloss = 1.0f);
-/// Mean squared error of pred [B, K] (widened to FP32) against an FP32 target.
-float mse_loss(const Tensor& pred, const MatrixF& target);
-/// Its gradient 2·dloss·(pred − target)/(B·K) in FP32, stored in pred's precision.
-Tensor mse_backward(const Tensor& pred, const MatrixF& target, float dloss = 1.0f);
-
-/// Fraction of rows whose largest logit is at the label (ties: lowest index).
-double accuracy(const Tensor& logits, const std::vector<int>& labels);
 
 }  // namespace mpt

@@ -1,0 +1,71 @@
+// Chapter 02 — precision as data: the Policy.
+// Depends on: policy.hpp.
+#include "mpt/core/policy.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+namespace mpt {
+
+OpPrecision Policy::decide(const OpQuery& q) const { return decide_op(op_info(q.op), q); }
+
+DType Policy::parameter_dtype(std::string_view op, std::string_view path) const {
+  return parameter_dtype_of(op_info(op), path);
+}
+
+// --- UniformPolicy ----------------------------------------------------------------
+
+std::string UniformPolicy::describe() const { return "uniform " + std::string(dtype_name(dtype_)); }
+
+OpPrecision UniformPolicy::decide_op(const OpInfo& op, const OpQuery&) const {
+  return {dtype_, DType::f32, op.kind == OpKind::loss ? DType::f32 : dtype_};
+}
+
+DType UniformPolicy::parameter_dtype_of(const OpInfo&, std::string_view) const { return dtype_; }
+
+std::shared_ptr<const Policy> uniform_policy(DType d) { return std::make_shared<UniformPolicy>(d); }
+
+// --- KeepF32Policy -----------------------------------------------------------------
+
+KeepF32Policy::KeepF32Policy(std::shared_ptr<const Policy> base, std::vector<std::string> paths,
+                             std::vector<std::string> ops)
+    : base_(std::move(base)), paths_(std::move(paths)), ops_(std::move(ops)) {
+  if (!base_) throw std::invalid_argument("KeepF32Policy: no base policy");
+  for (const std::string& p : paths_)
+    if (p.empty()) throw std::invalid_argument("KeepF32Policy: an empty layer path");
+  for (const std::string& o : ops_) (void)op_info(o);  // throws, naming the known ops
+}
+
+bool KeepF32Policy::keeps(std::string_view op, std::string_view path) const {
+  for (const std::string& o : ops_)
+    if (o == op) return true;
+  for (const std::string& p : paths_) {
+    if (path == p) return true;
+    if (path.size() > p.size() && path.substr(0, p.size()) == p && path[p.size()] == '.') return true;
+  }
+  return false;
+}
+
+std::string KeepF32Policy::describe() const {
+  std::string s = base_->describe();
+  if (!paths_.empty()) {
+    s += "; f32 at ";
+    for (std::size_t i = 0; i < paths_.size(); ++i) s += (i ? ", " : "") + paths_[i];
+  }
+  if (!ops_.empty()) {
+    s += "; f32 for ";
+    for (std::size_t i = 0; i < ops_.size(); ++i) s += (i ? ", " : "") + ops_[i];
+  }
+  return s;
+}
+
+OpPrecision KeepF32Policy::decide_op(const OpInfo& op, const OpQuery& q) const {
+  if (keeps(op.name, q.path)) return {DType::f32, DType::f32, DType::f32};
+  return base_->decide(q);
+}
+
+DType KeepF32Policy::parameter_dtype_of(const OpInfo& op, std::string_view path) const {
+  return keeps(op.name, path) ? DType::f32 : base_->parameter_dtype(op.name, path);
+}
+
+}  // namespace mpt

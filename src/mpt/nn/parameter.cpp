@@ -1,0 +1,90 @@
+// Chapter 02 — loss scaling and FP32 master weights: the Parameter.
+// Depends on: parameter.hpp; Chapter 1's format descriptors (what a code means).
+#include "mpt/nn/parameter.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace mpt {
+
+RefreshStats& RefreshStats::operator+=(const RefreshStats& o) {
+  elements += o.elements;
+  changed += o.changed;
+  lost += o.lost;
+  return *this;
+}
+
+Parameter::Parameter(std::string name_, Tensor init, DType model_dtype)
+    : name(std::move(name_)), master(std::move(init)) {
+  if (master.dtype() != DType::f32)
+    throw std::invalid_argument("Parameter " + name + ": the master must be f32, got " +
+                                std::string(dtype_name(master.dtype())));
+  grad = Tensor(DType::f32, master.shape());
+  set_model_dtype(model_dtype);
+}
+
+void Parameter::set_model_dtype(DType d) {
+  model_dtype_ = d;
+  model_ = d == DType::f32 ? Tensor() : master.to(d);
+}
+
+namespace {
+
+// Whether forward reads a different value after the refresh: codes compared
+// with float semantics (+0 and -0 are one value; a NaN never equals itself).
+template <typename Code>
+bool value_changed(Code before, Code after, const FormatSpec& spec) {
+  const Code magnitude = static_cast<Code>(~(Code(1) << (spec.exponent_bits + spec.mantissa_bits)));
+  if (before != after) return (before & magnitude) != 0 || (after & magnitude) != 0;
+  return std::isnan(decode(before, spec));
+}
+
+template <typename Code>
+RefreshStats refresh_codes(Tensor& master, Tensor& model, DType d, MasterWeights mode) {
+  RefreshStats st;
+  const auto n = static_cast<std::size_t>(master.numel());
+  st.elements = n;
+  const FormatSpec& spec = format_of(d).spec;
+  const Tensor before = model;
+  model = Tensor::uninitialized(d, master.shape());
+  model.assign(std::as_const(master).f32_data(), master.numel());
+  const auto* old_codes = static_cast<const Code*>(before.raw());
+  const auto* new_codes = static_cast<const Code*>(model.raw());
+  for (std::size_t i = 0; i < n; ++i) st.changed += value_changed(old_codes[i], new_codes[i], spec);
+  if (mode == MasterWeights::none) {
+    // The weights are the rounded copy: an update that rounded back to the
+    // old value is gone. "Moved" compares the master with what forward read.
+    std::vector<float> old_values(n);
+    before.to_f32(old_values.data());
+    const float* m = std::as_const(master).f32_data();
+    for (std::size_t i = 0; i < n; ++i)
+      st.lost += m[i] != old_values[i] && !value_changed(old_codes[i], new_codes[i], spec);
+    model.to_f32(master.f32_data());
+  }
+  return st;
+}
+
+}  // namespace
+
+RefreshStats Parameter::refresh(MasterWeights mode) {
+  switch (model_dtype_) {
+    case DType::f32: {
+      RefreshStats st;
+      st.elements = static_cast<std::size_t>(master.numel());
+      return st;
+    }
+    case DType::bf16:
+    case DType::f16: return refresh_codes<std::uint16_t>(master, model_, model_dtype_, mode);
+    case DType::e4m3:
+    case DType::e5m2: return refresh_codes<std::uint8_t>(master, model_, model_dtype_, mode);
+  }
+  return {};
+}
+
+Parameter make_parameter(std::string name, const MatrixF& init, DType d) {
+  return Parameter(std::move(name), Tensor::from_matrix(init, DType::f32), d);
+}
+
+}  // namespace mpt

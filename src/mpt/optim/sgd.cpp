@@ -1,0 +1,60 @@
+// Chapter 02 — loss scaling and FP32 master weights: SGD.
+// Depends on: sgd.hpp.
+//
+// The update rule follows PyTorch's _single_tensor_sgd line by line,
+// including the order of operations and which scalars are float.
+#include "mpt/optim/sgd.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace mpt {
+
+// --- SGD -------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Parameter*> params, Options options)
+    : Optimizer(std::move(params)), options_(options) {
+  detail::require_option(options_.lr >= 0.0, "Invalid learning rate: " + detail::option_text(options_.lr));
+  detail::require_option(options_.momentum >= 0.0, "Invalid momentum value: " + detail::option_text(options_.momentum));
+  detail::require_option(options_.weight_decay >= 0.0, "Invalid weight_decay value: " + detail::option_text(options_.weight_decay));
+  detail::require_option(!options_.nesterov || (options_.momentum > 0.0 && options_.dampening == 0.0),
+          "Nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::set_lr(double lr) {
+  detail::require_option(lr >= 0.0, "Invalid learning rate: " + detail::option_text(lr));
+  options_.lr = lr;
+}
+
+void SGD::step() {
+  const bool use_momentum = options_.momentum != 0.0;
+  const bool first = momentum_.empty();
+  if (use_momentum && first) momentum_.resize(params_.size());
+  // PyTorch passes the Python floats as kernel scalars: float for fp32 tensors.
+  const auto wd = static_cast<float>(options_.weight_decay);
+  const auto mu = static_cast<float>(options_.momentum);
+  const auto keep = static_cast<float>(1.0 - options_.dampening);
+  const auto neg_lr = static_cast<float>(-options_.lr);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    check_grad_shape(p);
+    MatrixF g = p.grad.f32();
+    if (wd != 0.0f) g += wd * p.master.f32();  // grad.add(param, alpha=weight_decay)
+    if (use_momentum) {
+      MatrixF& buf = momentum_[i];
+      if (first) buf = g;                 // torch.clone(grad): no dampening on step 1
+      else buf = mu * buf + keep * g;     // buf.mul_(momentum).add_(grad, alpha=1-dampening)
+      if (options_.nesterov) g += mu * buf;
+      else g = buf;
+    }
+    p.master.f32() += neg_lr * g;         // param.add_(grad, alpha=-lr)
+  }
+}
+
+std::size_t SGD::state_bytes() const {
+  std::size_t n = 0;
+  for (const MatrixF& b : momentum_) n += static_cast<std::size_t>(b.size()) * sizeof(float);
+  return n;
+}
+
+}  // namespace mpt
