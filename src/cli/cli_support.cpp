@@ -17,6 +17,17 @@
 
 namespace mpt::cli {
 
+namespace {
+
+constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-10)";
+
+}  // namespace
+
+std::string not_a_number(const std::string& token, const std::string& which) {
+  return "cannot parse '" + token + "'" + (which.empty() ? "" : " " + which) + " as a number; " +
+         kNumberHint;
+}
+
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {
   if (token.empty() || std::isspace(static_cast<unsigned char>(token[0]))) return false;
   errno = 0;

@@ -25,6 +25,17 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Runs `f`; the library's std::invalid_argument (its message names the bad
+/// value and the valid ones) becomes a UsageError with the same message.
+template <typename F>
+decltype(auto) invalid_argument_is_usage_error(F&& f) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Numbers in.
 
@@ -43,8 +54,10 @@ bool parse_number(const std::string& token, T& out) {
   return end == begin + token.size();
 }
 
-/// How to write a number, for error lines.
-inline constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-10)";
+/// "cannot parse 'TOKEN' as a number; use decimal (...) or hex-float (...)",
+/// the message for every number that does not parse; `which` ("(input 3)"),
+/// when given, follows the token.
+std::string not_a_number(const std::string& token, const std::string& which = "");
 
 /// A whole number in [lo, hi], all of the token.
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out);

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,7 +20,6 @@
 namespace {
 
 using mpt::cli::UsageError;
-using mpt::cli::kNumberHint;
 using mpt::cli::table;
 
 // ---------------------------------------------------------------------------
@@ -40,8 +38,8 @@ std::vector<float> read_all_floats(std::istream& in) {
   while (in >> token) {
     float v = 0;
     if (!mpt::cli::parse_number(token, v))
-      throw UsageError("cannot parse '" + token + "' (input " + std::to_string(values.size() + 1) +
-                       ") as a number; " + kNumberHint);
+      throw UsageError(
+          mpt::cli::not_a_number(token, "(input " + std::to_string(values.size() + 1) + ")"));
     values.push_back(v);
   }
   return values;
@@ -101,8 +99,7 @@ int cmd_formats() {
 
 int cmd_explain(const std::string& value_text, const std::string& format_name) {
   double x = 0;
-  if (!mpt::cli::parse_number(value_text, x))
-    throw UsageError("cannot parse '" + value_text + "' as a number; " + kNumberHint);
+  if (!mpt::cli::parse_number(value_text, x)) throw UsageError(mpt::cli::not_a_number(value_text));
   if (!format_name.empty()) {
     std::cout << mpt::render_text(mpt::explain(x, format_or_usage_error(format_name)));
     return 0;
@@ -143,11 +140,7 @@ struct RoundArgs {
 int cmd_round(const RoundArgs& a) {
   const mpt::Format& f = format_or_usage_error(a.format);
   mpt::RoundingOptions o;
-  try {
-    o.mode = mpt::rounding_mode_named(a.mode);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  o.mode = mpt::cli::invalid_argument_is_usage_error([&] { return mpt::rounding_mode_named(a.mode); });
   o.seed = a.seed;
   if (a.saturate) o.overflow = mpt::OverflowMode::saturate;
   if (a.overflow == "inf") o.overflow = mpt::OverflowMode::infinity;

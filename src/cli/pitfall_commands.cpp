@@ -32,17 +32,16 @@ using mpt::cli::table;
 /// A chapter without pitfalls is a usage error naming the chapters that have some.
 std::vector<const mpt::Pitfall*> pitfalls_of_chapter(int chapter) {
   std::vector<const mpt::Pitfall*> out;
-  std::vector<int> chapters;
+  std::vector<std::string> chapters;  // those with pitfalls, in registry order
   for (const mpt::Pitfall& p : mpt::pitfall_registry().all()) {
-    if (chapters.empty() || chapters.back() != p.chapter) chapters.push_back(p.chapter);
+    const std::string c = std::to_string(p.chapter);
+    if (chapters.empty() || chapters.back() != c) chapters.push_back(c);
     if (chapter == 0 || p.chapter == chapter) out.push_back(&p);
   }
-  if (out.empty()) {
-    std::string valid;
-    for (int c : chapters) valid += (valid.empty() ? "" : ", ") + std::to_string(c);
+  if (out.empty())
     throw UsageError("--chapter " + std::to_string(chapter) +
-                     ": no pitfalls registered for that chapter; chapters with pitfalls: " + valid);
-  }
+                     ": no pitfalls registered for that chapter; chapters with pitfalls: " +
+                     joined(chapters));
   return out;
 }
 
@@ -193,10 +192,12 @@ int cmd_tour(bool json, int chapter) {
 // Their command lines.
 
 void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
+  constexpr const char* kChapterHelp = "only this chapter's pitfalls (default: all)";
+
   // pitfalls
   auto* pitfalls = app.add_subcommand("pitfalls", "List the registered pitfalls: id, chapter, title");
   auto pitfalls_chapter = std::make_shared<int>(0);
-  pitfalls->add_option("--chapter", *pitfalls_chapter, "only this chapter's pitfalls (default: all)");
+  pitfalls->add_option("--chapter", *pitfalls_chapter, kChapterHelp);
   handlers.on(pitfalls, [pitfalls_chapter] { return cmd_pitfalls(*pitfalls_chapter); });
 
   // pitfall
@@ -224,7 +225,7 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "tour",
       "Run every registered pitfall (progress on stderr) and print a summary table. Exit status 1 "
       "if any pitfall failed to reproduce.");
-  tour->add_option("--chapter", t->chapter, "only this chapter's pitfalls (default: all)");
+  tour->add_option("--chapter", t->chapter, kChapterHelp);
   tour->add_flag("--json", t->json,
                  "machine-readable output: {\"pitfalls\": [...], \"all_reproduced\": bool}; NaN/inf "
                  "outcome values are written as null");

@@ -13,7 +13,6 @@
 #include <limits>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 
 #include "cli_support.hpp"
@@ -24,8 +23,7 @@
 namespace {
 
 using mpt::cli::UsageError;
-using mpt::cli::kNumberHint;
-using mpt::cli::parse_number;
+using mpt::cli::invalid_argument_is_usage_error;
 using mpt::cli::parse_integer;
 
 struct ScalerArgs {
@@ -39,19 +37,17 @@ constexpr const char* kOverflowChoice =
 
 float scaler_float_option(const std::string& name, const std::string& text) {
   float v = 0;
-  if (!parse_number(text, v))
-    throw UsageError(name + ": cannot parse '" + text + "' as a number; " + kNumberHint);
+  if (!mpt::cli::parse_number(text, v)) throw UsageError(name + ": " + mpt::cli::not_a_number(text));
   return v;
 }
 
-/// The factors are doubles, as PyTorch's (Python floats) are: parsed with strtod.
+/// The factors are doubles, as PyTorch's (Python floats) are: parsed with
+/// strtod. Unlike --init-scale, a leading space is refused.
 double scaler_double_option(const std::string& name, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
+  double v = 0;
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
-      end != text.c_str() + text.size())
-    throw UsageError(name + ": cannot parse '" + text + "' as a number; " + kNumberHint);
+      !mpt::cli::parse_number(text, v))
+    throw UsageError(name + ": " + mpt::cli::not_a_number(text));
   return v;
 }
 
@@ -69,11 +65,8 @@ mpt::ScalerSimulationSpec scaler_spec(const ScalerArgs& a) {
                        "' is not a whole number of steps from 1 to 2147483647");
     o.growth_interval = static_cast<std::int32_t>(v);
   }
-  try {
-    mpt::GradScaler check(o);  // the scaler's own rules and messages, before anything else
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  // The scaler's own rules and messages, before anything else.
+  invalid_argument_is_usage_error([&] { mpt::GradScaler check(o); });
 
   const std::string steps_range = "from 1 to " + std::to_string(mpt::kMaxScalerSimulationSteps);
   if (a.steps.empty())
@@ -108,7 +101,7 @@ mpt::ScalerSimulationSpec scaler_spec(const ScalerArgs& a) {
   }
   if (!a.overflow_prob.empty()) {
     double p = 0;
-    if (!parse_number(a.overflow_prob, p) || !(p >= 0.0 && p <= 1.0))
+    if (!mpt::cli::parse_number(a.overflow_prob, p) || !(p >= 0.0 && p <= 1.0))
       throw UsageError("--overflow-prob: '" + a.overflow_prob +
                        "' is not a probability; give a number from 0 to 1");
     spec.overflow_probability = p;
@@ -127,19 +120,10 @@ mpt::ScalerSimulationSpec scaler_spec(const ScalerArgs& a) {
 
 int cmd_scaler_simulate(const ScalerArgs& a) {
   const mpt::ScalerSimulationSpec spec = scaler_spec(a);  // all input checked first
-  mpt::ScalerSimulation sim;
-  try {
-    sim = mpt::simulate_scaler(spec);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-  if (!a.plot.empty()) {
-    try {
-      mpt::write_plot_svg(sim, a.plot);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(e.what());  // an unwritable path is bad input; a missing gnuplot is not
-    }
-  }
+  const mpt::ScalerSimulation sim =
+      invalid_argument_is_usage_error([&] { return mpt::simulate_scaler(spec); });
+  // An unwritable path is bad input (invalid_argument); a missing gnuplot is not.
+  if (!a.plot.empty()) invalid_argument_is_usage_error([&] { mpt::write_plot_svg(sim, a.plot); });
   if (a.json) {
     std::cout << mpt::render_json(sim);
   } else {
