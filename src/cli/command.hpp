@@ -14,8 +14,9 @@
 //        }
 //        const mpt::cli::Registration registered{{NN, 1}, "family", add_family};
 //   3. one line in src/cli/CMakeLists.txt, adding the file to mpt_cli;
-//   4. a test in tests/cli: a case script for what the new subcommands
-//      print, like scaler_checks.sh, and its cases in tests/cli/CMakeLists.txt.
+//   4. a test in tests/cli: the new subcommands in MPT_CLI_COMMAND_ORDER
+//      (tests/cli/CMakeLists.txt, checked by commands_checks.sh) and a case
+//      script for what they print, like scaler_checks.sh.
 // main.cpp is never edited.
 #pragma once
 
