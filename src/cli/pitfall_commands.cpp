@@ -1,0 +1,238 @@
+// Chapter 01 — the pitfall registry from the `mpt` program: pitfalls, pitfall, tour.
+// Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
+// the mpt library's pitfall registry, and mpt_chapters (which fills it).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli_support.hpp"
+#include "command.hpp"
+#include "mpt/core/pitfall.hpp"
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps outcomes in their display order
+using mpt::cli::UsageError;
+using mpt::cli::joined;
+using mpt::cli::outcome_text;
+using mpt::cli::table;
+
+// ---------------------------------------------------------------------------
+// The subcommands.
+
+/// The registered pitfalls of one chapter, or all of them for chapter 0.
+/// A chapter without pitfalls is a usage error naming the chapters that have some.
+std::vector<const mpt::Pitfall*> pitfalls_of_chapter(int chapter) {
+  std::vector<const mpt::Pitfall*> out;
+  std::vector<std::string> chapters;  // those with pitfalls, in registry order
+  for (const mpt::Pitfall& p : mpt::pitfall_registry().all()) {
+    const std::string c = std::to_string(p.chapter);
+    if (chapters.empty() || chapters.back() != c) chapters.push_back(c);
+    if (chapter == 0 || p.chapter == chapter) out.push_back(&p);
+  }
+  if (out.empty())
+    throw UsageError("--chapter " + std::to_string(chapter) +
+                     ": no pitfalls registered for that chapter; chapters with pitfalls: " +
+                     joined(chapters));
+  return out;
+}
+
+int cmd_pitfalls(int chapter) {
+  std::vector<std::vector<std::string>> rows = {{"id", "chapter", "title"}};
+  for (const mpt::Pitfall* p : pitfalls_of_chapter(chapter))
+    rows.push_back({p->id, std::to_string(p->chapter), p->title});
+  std::cout << table(rows, "lrl");
+  std::cout << "\nrun one: mpt pitfall ID    run all: mpt tour\n";
+  return 0;
+}
+
+const mpt::Pitfall& pitfall_or_usage_error(const std::string& id) {
+  const mpt::Registry& reg = mpt::pitfall_registry();
+  if (const mpt::Pitfall* p = reg.find(id)) return *p;
+  throw UsageError("unknown pitfall '" + id + "'; valid ids: " + reg.ids());
+}
+
+// Outcome names of both runs, broken's order first.
+std::vector<std::string> outcome_names(const mpt::Verdict& v) {
+  std::vector<std::string> names;
+  for (const auto* run : {&v.broken, &v.fixed})
+    for (const mpt::Outcome& o : run->outcomes)
+      if (std::find(names.begin(), names.end(), o.name) == names.end()) names.push_back(o.name);
+  return names;
+}
+
+const mpt::Outcome* find_outcome(const mpt::RunResult& r, const std::string& name) {
+  for (const mpt::Outcome& o : r.outcomes)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// JSON cannot hold NaN or inf: nlohmann writes them as null (documented in --help).
+Json run_json(const mpt::RunResult& r) {
+  Json outcomes = Json::object();
+  for (const mpt::Outcome& o : r.outcomes) outcomes[o.name] = o.value;
+  Json what = Json::object();
+  for (const mpt::Outcome& o : r.outcomes) what[o.name] = o.what;
+  Json j = {{"setup", r.setup}, {"outcomes", outcomes}, {"what", what}};
+  if (!r.explanation.empty()) j["explanation"] = r.explanation;
+  return j;
+}
+
+Json checks_json(const std::vector<std::pair<std::string, bool>>& checks) {
+  Json a = Json::array();
+  for (const auto& c : checks) a.push_back({{"claim", c.first}, {"held", c.second}});
+  return a;
+}
+
+Json verdict_json(const mpt::Verdict& v) {
+  const mpt::Pitfall& p = *v.pitfall;
+  return {{"id", p.id},
+          {"chapter", p.chapter},
+          {"title", p.title},
+          {"mechanism", p.mechanism},
+          {"broken", run_json(v.broken)},
+          {"fixed", run_json(v.fixed)},
+          {"symptom", checks_json(v.symptom_checks)},
+          {"cure", checks_json(v.cure_checks)},
+          {"symptom_shown", v.symptom_shown()},
+          {"fix_works", v.fix_works()},
+          {"reproduced", v.reproduced()}};
+}
+
+std::string verdict_text(const mpt::Verdict& v) {
+  const mpt::Pitfall& p = *v.pitfall;
+  std::ostringstream o;
+  o << p.id << " (chapter " << p.chapter << "): " << p.title << "\n";
+  o << "mechanism: " << p.mechanism << "\n\n";
+  o << "broken: " << v.broken.setup << "\n";
+  o << "fixed:  " << v.fixed.setup << "\n\n";
+  std::vector<std::vector<std::string>> rows = {{"outcome", "broken", "fixed", "what"}};
+  for (const std::string& name : outcome_names(v)) {
+    const mpt::Outcome* b = find_outcome(v.broken, name);
+    const mpt::Outcome* f = find_outcome(v.fixed, name);
+    rows.push_back({name, b ? outcome_text(b->value) : "-", f ? outcome_text(f->value) : "-",
+                    b ? b->what : f->what});
+  }
+  o << table(rows, "lrrl");
+  if (!v.broken.explanation.empty()) o << "\nwhy (broken): " << v.broken.explanation << "\n";
+  if (!v.fixed.explanation.empty()) o << "why (fixed):  " << v.fixed.explanation << "\n";
+  auto checks = [&](const char* heading, const std::vector<std::pair<std::string, bool>>& cs) {
+    o << "\n" << heading << "\n";
+    for (const auto& c : cs) o << "  " << (c.second ? "✓ " : "✗ ") << c.first << "\n";
+  };
+  checks("symptom (the broken run must show it):", v.symptom_checks);
+  checks("cure (the fixed run must show it):", v.cure_checks);
+  std::vector<std::string> failures;
+  if (!v.symptom_shown()) failures.push_back("the symptom did not show");
+  if (!v.fix_works()) failures.push_back("the fix did not work");
+  o << "\nverdict: "
+    << (failures.empty() ? "reproduced: the broken run shows the symptom and the fix works"
+                         : "NOT reproduced: " + joined(failures))
+    << "\n";
+  return o.str();
+}
+
+int cmd_pitfall(const std::string& id, bool json) {
+  const mpt::Pitfall& p = pitfall_or_usage_error(id);
+  const mpt::Verdict v = mpt::run_pitfall(p);
+  if (json)
+    std::cout << verdict_json(v).dump(2) << "\n";
+  else
+    std::cout << verdict_text(v);
+  return v.reproduced() ? 0 : 1;
+}
+
+int cmd_tour(bool json, int chapter) {
+  const std::vector<const mpt::Pitfall*> all = pitfalls_of_chapter(chapter);
+  std::vector<mpt::Verdict> verdicts;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    std::cerr << "[" << i + 1 << "/" << all.size() << "] " << all[i]->id << " ... " << std::flush;
+    const auto t0 = std::chrono::steady_clock::now();
+    verdicts.push_back(mpt::run_pitfall(*all[i]));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f s", s);
+    std::cerr << (verdicts.back().reproduced() ? "reproduced" : "NOT REPRODUCED") << " (" << secs
+              << ")" << std::endl;
+  }
+  bool all_ok = true;
+  for (const auto& v : verdicts) all_ok = all_ok && v.reproduced();
+  if (json) {
+    Json list = Json::array();
+    for (const auto& v : verdicts) list.push_back(verdict_json(v));
+    std::cout << Json{{"pitfalls", list}, {"all_reproduced", all_ok}}.dump(2) << "\n";
+    return all_ok ? 0 : 1;
+  }
+  std::vector<std::vector<std::string>> rows = {{"id", "chapter", "symptom shown", "fix works", "title"}};
+  std::size_t failed = 0;
+  for (const auto& v : verdicts) {
+    failed += !v.reproduced();
+    rows.push_back({v.pitfall->id, std::to_string(v.pitfall->chapter),
+                    v.symptom_shown() ? "✓" : "✗", v.fix_works() ? "✓" : "✗", v.pitfall->title});
+  }
+  std::cout << table(rows, "lrccl") << "\n";
+  if (failed == 0)
+    std::cout << "all " << verdicts.size() << " pitfalls reproduced, and every fix works\n";
+  else
+    std::cout << failed << " of " << verdicts.size()
+              << " pitfalls did not reproduce; run 'mpt pitfall ID' for details\n";
+  return all_ok ? 0 : 1;
+}
+
+
+// ---------------------------------------------------------------------------
+// Their command lines.
+
+void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
+  constexpr const char* kChapterHelp = "only this chapter's pitfalls (default: all)";
+
+  // pitfalls
+  auto* pitfalls = app.add_subcommand("pitfalls", "List the registered pitfalls: id, chapter, title");
+  auto pitfalls_chapter = std::make_shared<int>(0);
+  pitfalls->add_option("--chapter", *pitfalls_chapter, kChapterHelp);
+  handlers.on(pitfalls, [pitfalls_chapter] { return cmd_pitfalls(*pitfalls_chapter); });
+
+  // pitfall
+  struct PitfallArgs {
+    std::string id;
+    bool json = false;
+  };
+  auto p = std::make_shared<PitfallArgs>();
+  auto* pitfall = app.add_subcommand(
+      "pitfall",
+      "Run one pitfall: its broken and its fixed run side by side, and every symptom and cure check. "
+      "Exit status 0 when reproduced (symptom shown and fix works), 1 when not.");
+  pitfall->add_option("ID", p->id, "pitfall id (see 'mpt pitfalls')")->required();
+  pitfall->add_flag("--json", p->json,
+                    "machine-readable output; outcome values that are NaN or inf are written as null");
+  handlers.on(pitfall, [p] { return cmd_pitfall(p->id, p->json); });
+
+  // tour
+  struct TourArgs {
+    int chapter = 0;
+    bool json = false;
+  };
+  auto t = std::make_shared<TourArgs>();
+  auto* tour = app.add_subcommand(
+      "tour",
+      "Run every registered pitfall (progress on stderr) and print a summary table. Exit status 1 "
+      "if any pitfall failed to reproduce.");
+  tour->add_option("--chapter", t->chapter, kChapterHelp);
+  tour->add_flag("--json", t->json,
+                 "machine-readable output: {\"pitfalls\": [...], \"all_reproduced\": bool}; NaN/inf "
+                 "outcome values are written as null");
+  handlers.on(tour, [t] { return cmd_tour(t->json, t->chapter); });
+}
+
+// Chapter 1, second family: after the number tools in `mpt --help`.
+const mpt::cli::Registration registered{{1, 2}, "pitfall", add_pitfall_commands};
+
+}  // namespace
