@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases)
     most = std::max({most, static_cast<std::size_t>(c.M) * c.K, static_cast<std::size_t>(c.K) * c.N,
                      static_cast<std::size_t>(c.M) * c.N});
-  std::uint16_t *d_a = nullptr, *d_b = nullptr;
+  mpt::Fp16Code *d_a = nullptr, *d_b = nullptr;
   float* d_c = nullptr;
   check(cudaMalloc(&d_a, most * 2), "cudaMalloc");
   check(cudaMalloc(&d_b, most * 2), "cudaMalloc");
