@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     const float ms = median_ms(
         [&] {
           for (int i = 0; i < kLaunches; ++i)
-            mpt::cuda::update_scale(d_params + 3, d_tracker, d_params + 2, 2.0f, 0.5f, 2000);
+            mpt::cuda::update_scale(d_params + 3, d_tracker, d_params + 2, 2.0, 0.5, 2000);
         },
         5);
     std::printf("%-28s %-10s %9.4f   (per launch, %d queued back to back)\n", "update_scale", "-",

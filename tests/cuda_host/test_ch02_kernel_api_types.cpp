@@ -1,9 +1,10 @@
 // Chapter 02 — the typed CUDA boundary, checked by the plain C++ compiler:
 // the kernel API (kernels/*/*_kernels.hpp, host-only headers) takes fp16,
 // bf16 and FP8 data as distinct code types, so a bf16 buffer handed to an
-// fp16 kernel, or a raw std::uint16_t*, does not compile.
+// fp16 kernel, or a raw std::uint16_t*, does not compile; and the scale
+// update takes its factors as doubles, as mpt::update_scale and PyTorch do.
 // Depends on: mpt/formats/codes.hpp, kernels/formats/formats_kernels.hpp,
-// kernels/nn/nn_kernels.hpp, doctest. Nothing
+// kernels/nn/nn_kernels.hpp, kernels/amp/amp_kernels.hpp, doctest. Nothing
 // is called: every check is about types (static_assert, mirrored by CHECKs
 // so the report lists them), so it needs no nvcc, no CUDA and no GPU, and
 // links nothing of the kernels.
@@ -14,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/amp/amp_kernels.hpp"
 #include "kernels/formats/formats_kernels.hpp"
 #include "kernels/nn/nn_kernels.hpp"
 #include "mpt/formats/codes.hpp"
@@ -107,6 +109,16 @@ static_assert(gemm_inputs_v<const Fp16Code*> && gemm_inputs_v<Fp16Code*> &&
 static_assert(gemm_output_v<float*> && gemm_output_v<Fp16Code*> && !gemm_output_v<Bf16Code*> &&
               !gemm_output_v<std::uint16_t*>);
 
+// --- the scale update takes double factors ---------------------------------
+
+// The exact signature: a float growth or backoff factor here would round a
+// factor such as 0.3 before mpt::update_scale sees it (tests/cpu/
+// test_ch02_scaler_math.cpp shows that the scale then drifts from the CPU's).
+static_assert(std::is_same_v<decltype(&mpt::cuda::update_scale),
+                             void (*)(float*, std::int32_t*, const float*, double, double,
+                                      std::int32_t)>,
+              "mpt::cuda::update_scale must take its factors as double");
+
 }  // namespace
 
 TEST_CASE("codes: no code pointer converts to another format's or to the raw integer") {
@@ -137,4 +149,9 @@ TEST_CASE("the cast and GEMM kernels accept their own codes only") {
   CHECK_FALSE(gemm_inputs_v<const std::uint16_t*>);
   CHECK(gemm_output_v<Fp16Code*>);
   CHECK_FALSE(gemm_output_v<Bf16Code*>);
+}
+
+TEST_CASE("the device scale update takes double factors") {
+  using Fn = void (*)(float*, std::int32_t*, const float*, double, double, std::int32_t);
+  CHECK(std::is_same_v<decltype(&mpt::cuda::update_scale), Fn>);
 }
