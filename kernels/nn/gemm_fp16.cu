@@ -142,11 +142,14 @@ void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
   if ((ta != Trans::no && ta != Trans::yes) || (tb != Trans::no && tb != Trans::yes))
     throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown Trans (choices: no, yes)");
   if (M == 0 || N == 0) return;
-  const unsigned int gy = static_cast<unsigned int>((M + kTile - 1) / kTile);
-  if (gy > 65535u)
+  // Block counts in 64 bits: M + kTile - 1 in int overflows for M (or N)
+  // within 15 of INT_MAX. 2^31 / 16 = 2^27 column blocks fit grid x easily.
+  const long long gx = (static_cast<long long>(N) + kTile - 1) / kTile;
+  const long long gy = (static_cast<long long>(M) + kTile - 1) / kTile;
+  if (gy > 65535)
     throw std::length_error("mpt::cuda::gemm_fp16: M=" + std::to_string(M) +
                             " needs more than 65535 row blocks");
-  const dim3 grid(static_cast<unsigned int>((N + kTile - 1) / kTile), gy);
+  const dim3 grid(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy));
   const dim3 block(kTile, kTile);
   const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
   auto go = [&](auto kernel) { kernel<<<grid, block>>>(d_a, d_b, d_c, M, N, K); };

@@ -43,7 +43,8 @@ enum class GemmVersion : int {
 /// Each output sums its K products in order k = 0..K-1 with one FMA each.
 /// A product of two fp16 values is exact in FP32, so an FMA equals "round
 /// the sum once": the result is bit for bit a CPU loop acc += a*b in the same
-/// order (NaN payloads aside). M, N, K >= 0; K == 0 gives zeros. Queued.
+/// order (NaN payloads aside). M, N, K >= 0; K == 0 gives zeros; M above
+/// 65535 * 16 = 1048560 (the grid's y limit) throws std::length_error. Queued.
 void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
                const Fp16Code* d_b, float* d_c, GemmVersion v = GemmVersion::tiled);
 

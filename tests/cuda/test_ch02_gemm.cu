@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "mpt/formats/round_element.hpp"
@@ -238,6 +239,14 @@ TEST_CASE("gemm_fp16: empty sizes are no-ops, bad arguments throw") {
   CHECK(bits_from_float(c.download()[0]) == 0xffffffffu);  // nothing written
   CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, -1, 2, 2, d.get(), d.get(), c.get()),
                   std::invalid_argument);
+  // One row more than 65535 row blocks hold, and M = INT_MAX (where M + 15
+  // would overflow an int): std::length_error, before any launch.
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 65535 * 16 + 1, 1, 1, d.get(), d.get(),
+                                       c.get()),
+                  std::length_error);
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, std::numeric_limits<int>::max(), 1, 1,
+                                       d.get(), d.get(), c.get()),
+                  std::length_error);
   CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 2, 2, 2, d.get(), d.get(), c.get(),
                                        static_cast<GemmVersion>(5)),
                   std::invalid_argument);
