@@ -110,7 +110,13 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
   float acc = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += kTile) {
+  // Counted in tiles, not k0 += kTile while k0 < K: for K within 15 of
+  // INT_MAX that last step overflows int (undefined behaviour; in practice
+  // k0 wraps negative, the loop runs on and reads before the operands).
+  // k0 + kk stays <= INT_MAX: k0 <= K - 1 rounded down to a multiple of 16.
+  const int tiles = K / kTile + (K % kTile != 0 ? 1 : 0);
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * kTile;
     {  // A tile: A [M,K] walks k with tx; A [K,M] walks m with tx.
       const int i = kTransA ? tx : ty, kk = kTransA ? ty : tx;
       const int m = m0 + i, k = k0 + kk;
