@@ -99,6 +99,18 @@ TEST_CASE("the GPU test's reference is the CPU GradScaler's sequence, bit for bi
   }
 }
 
+TEST_CASE("the reference reaches the extremes the GPU test asserts: 2^127 at most, and 0") {
+  for (const ScaleUpdateCase& c : mpt::test::scale_update_cases()) {
+    CAPTURE(c.name);
+    const std::vector<ScaleUpdateStep> ref = mpt::test::scale_update_sequence(
+        c, mpt::test::scale_update_flags(c, 20240101ull), c.growth, c.backoff);
+    float most = 0.0f;
+    for (const ScaleUpdateStep& s : ref) most = std::max(most, s.scale);
+    if (c.init >= 0x1p+126f) CHECK(most == 0x1p+127f);  // grows to 2^127, never to inf
+    if (c.init < 1.0f) CHECK(ref[199].scale == 0.0f);   // no floor: driven to 0
+  }
+}
+
 TEST_CASE("factors rounded to float change the sequence of every case whose factors are not FP32") {
   int sensitive = 0;
   for (const ScaleUpdateCase& c : mpt::test::scale_update_cases()) {
