@@ -25,7 +25,7 @@ namespace mpt::cuda {
 //   inverse_scale(d_scale, d_inv_scale);                 // (float)(1.0 / (double)scale)
 //   unscale_and_check(grads, d_inv_scale, d_found_inf);  // one launch, every tensor
 //   ... a device optimizer step would read *d_found_inf and skip itself ...
-//   update_scale(d_scale, d_tracker, d_found_inf, 2.0f, 0.5f, 2000);
+//   update_scale(d_scale, d_tracker, d_found_inf, 2.0, 0.5, 2000);
 //
 // The per-element and per-step math is scaler_math.hpp's, the code the CPU
 // GradScaler and tests/cpu run.
@@ -93,9 +93,14 @@ void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale,
 /// mpt::update_scale(*d_scale, *d_growth_tracker, *d_found_inf != 0, ...).
 /// Overflow: scale *= backoff_factor, tracker = 0; otherwise the tracker
 /// counts, and at growth_interval the scale grows (only if still finite in
-/// FP32) and the tracker resets. Arguments are not validated here (the
-/// GradScaler does that). Queued, no host synchronisation.
+/// FP32) and the tracker resets. The factors are doubles, as in the CPU
+/// GradScaler (GradScaler::Options) and PyTorch's _amp_update_scale_ (Python
+/// floats): each product is formed in double and rounded once to the FP32
+/// scale, so a factor that is no FP32 value (0.3, 1.7) gives the CPU's bits;
+/// rounding it to float first would drift from the CPU's scale after a few
+/// backoffs. Arguments are not validated here (the GradScaler does that).
+/// Queued, no host synchronisation.
 void update_scale(float* d_scale, std::int32_t* d_growth_tracker, const float* d_found_inf,
-                  float growth_factor, float backoff_factor, std::int32_t growth_interval);
+                  double growth_factor, double backoff_factor, std::int32_t growth_interval);
 
 }  // namespace mpt::cuda

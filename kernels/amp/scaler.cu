@@ -126,10 +126,12 @@ __global__ void inverse_scale_kernel(const float* __restrict__ scale, float* __r
 
 // scale: (1,) fp32, growth_tracker: (1,) int32, found_inf: (1,) fp32. One
 // thread: the update is one scalar's worth of work, and doing it on the GPU
-// is what spares the host from reading found_inf back every step.
+// is what spares the host from reading found_inf back every step. The
+// factors stay doubles all the way into mpt::update_scale (kernel arguments
+// may be doubles; the one double multiply per step costs nothing here).
 __global__ void update_scale_kernel(float* scale, std::int32_t* growth_tracker,
-                                    const float* __restrict__ found_inf, float growth_factor,
-                                    float backoff_factor, std::int32_t growth_interval) {
+                                    const float* __restrict__ found_inf, double growth_factor,
+                                    double backoff_factor, std::int32_t growth_interval) {
   mpt::update_scale(*scale, *growth_tracker, *found_inf != 0.0f, growth_factor, backoff_factor,
                     growth_interval);
 }
@@ -196,7 +198,7 @@ void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale,
 }
 
 void update_scale(float* d_scale, std::int32_t* d_growth_tracker, const float* d_found_inf,
-                  float growth_factor, float backoff_factor, std::int32_t growth_interval) {
+                  double growth_factor, double backoff_factor, std::int32_t growth_interval) {
   update_scale_kernel<<<1, 1>>>(d_scale, d_growth_tracker, d_found_inf, growth_factor,
                                 backoff_factor, growth_interval);
   detail::check_launch("update_scale");

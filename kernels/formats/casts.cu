@@ -1,7 +1,8 @@
 // Chapter 01 — floating-point formats and their limits: fp32 ⇄ fp16, bf16,
 // E4M3, E5M2 casts on the GPU.
 // Depends on: mpt/round_element.hpp (the per-element math, shared with the
-// CPU reference), kernels/formats/formats_kernels.hpp (the host API), cuda_check.cuh.
+// CPU reference), mpt/codes.hpp (the typed codes of the API),
+// kernels/formats/formats_kernels.hpp (the host API), cuda_check.cuh.
 //
 // These kernels contain no rounding logic of their own: each element goes
 // through mpt::round_to_format + mpt::encode_exact (or mpt::decode), the very
@@ -9,6 +10,7 @@
 // construction and the GPU test checks that nothing got lost on the way.
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/formats/cuda_check.cuh"
 #include "kernels/formats/formats_kernels.hpp"
@@ -19,47 +21,70 @@ namespace {
 
 constexpr unsigned int kThreads = 256;
 
-// The cast targets: which format, what overflow does, the code's C++ type.
+// The cast targets: which format, what overflow does, the code's typed C++
+// type at the API (codes.hpp) and the raw integer the kernels move.
 // The specs are copied out of mpt::formats so device code can read them as
 // compile-time constants (a host variable is not addressable on the device).
 struct ToFp16 {
-  using Code = std::uint16_t;
+  using Code = Fp16Code;
+  using Raw = std::uint16_t;
   static constexpr FormatSpec spec = formats::fp16;
   static constexpr OverflowMode overflow = OverflowMode::infinity;
 };
 struct ToBf16 {
-  using Code = std::uint16_t;
+  using Code = Bf16Code;
+  using Raw = std::uint16_t;
   static constexpr FormatSpec spec = formats::bf16;
   static constexpr OverflowMode overflow = OverflowMode::infinity;
 };
 struct ToE4m3Sat {
-  using Code = std::uint8_t;
+  using Code = Fp8E4M3;
+  using Raw = std::uint8_t;
   static constexpr FormatSpec spec = formats::e4m3;
   static constexpr OverflowMode overflow = OverflowMode::saturate;
 };
 struct ToE5m2Sat {
-  using Code = std::uint8_t;
+  using Code = Fp8E5M2;
+  using Raw = std::uint8_t;
   static constexpr FormatSpec spec = formats::e5m2;
   static constexpr OverflowMode overflow = OverflowMode::saturate;
 };
 
+// The one place where typed codes become raw integers, for every cast of
+// this file: the host entry points (encode, decode_all below) hand the
+// kernels T::Raw pointers. Safe because each code type is a standard-layout
+// struct whose only member is that integer, with the integer's size and
+// alignment (codes.hpp asserts it, and so does this): a pointer to the code
+// is a pointer to its member, and an array of codes is laid out as an array
+// of integers. The kernels then need no knowledge of the wrappers.
 template <class T>
-__device__ __forceinline__ typename T::Code encode_one(float x) {
+constexpr bool code_is_raw() {
+  using C = typename T::Code;
+  using R = typename T::Raw;
+  return sizeof(C) == sizeof(R) && alignof(C) == alignof(R) && std::is_standard_layout_v<C> &&
+         std::is_trivially_copyable_v<C>;
+}
+static_assert(code_is_raw<ToFp16>() && code_is_raw<ToBf16>() && code_is_raw<ToE4m3Sat>() &&
+                  code_is_raw<ToE5m2Sat>(),
+              "a typed code must be exactly its raw integer");
+
+template <class T>
+__device__ __forceinline__ typename T::Raw encode_one(float x) {
   constexpr FormatSpec f = T::spec;
   const float r =
       round_to_format(x, f, RoundingMode::nearest_even, T::overflow, SubnormalMode::keep);
-  return static_cast<typename T::Code>(encode_exact(r, f));
+  return static_cast<typename T::Raw>(encode_exact(r, f));
 }
 
 template <class T>
-__device__ __forceinline__ float decode_one(typename T::Code c) {
+__device__ __forceinline__ float decode_one(typename T::Raw c) {
   constexpr FormatSpec f = T::spec;
   return decode(c, f);
 }
 
 // Four codes travel as one word: 8 bytes for 16-bit codes, 4 for 8-bit.
 // Little-endian, so code j sits at bits [j*w, (j+1)*w) like in memory.
-template <class Code>
+template <class Raw>
 struct Pack4;
 template <>
 struct Pack4<std::uint16_t> {
@@ -89,7 +114,7 @@ struct Pack4<std::uint8_t> {
 
 // Version 1. in: (n,) fp32, out: (n,) codes. Thread i converts element i.
 template <class T>
-__global__ void encode_simple(const float* __restrict__ in, typename T::Code* __restrict__ out,
+__global__ void encode_simple(const float* __restrict__ in, typename T::Raw* __restrict__ out,
                               std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = encode_one<T>(in[i]);
@@ -100,9 +125,9 @@ __global__ void encode_simple(const float* __restrict__ in, typename T::Code* __
 // element each. Faster because the cast is purely bandwidth-bound and one
 // 16-byte load + one 8-byte (or 4-byte) store replaces four of each.
 template <class T>
-__global__ void encode_vec4(const float* __restrict__ in, typename T::Code* __restrict__ out,
+__global__ void encode_vec4(const float* __restrict__ in, typename T::Raw* __restrict__ out,
                             std::size_t n) {
-  using P = Pack4<typename T::Code>;
+  using P = Pack4<typename T::Raw>;
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t n4 = n / 4;
   if (i < n4) {
@@ -117,7 +142,7 @@ __global__ void encode_vec4(const float* __restrict__ in, typename T::Code* __re
 
 // Version 1. in: (n,) codes, out: (n,) fp32. Thread i decodes element i.
 template <class T>
-__global__ void decode_simple(const typename T::Code* __restrict__ in, float* __restrict__ out,
+__global__ void decode_simple(const typename T::Raw* __restrict__ in, float* __restrict__ out,
                               std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = decode_one<T>(in[i]);
@@ -126,9 +151,9 @@ __global__ void decode_simple(const typename T::Code* __restrict__ in, float* __
 // Version 2. Thread i decodes codes 4i..4i+3 read as one word and writes one
 // float4; same reason as encode_vec4 (fewer, wider memory transactions).
 template <class T>
-__global__ void decode_vec4(const typename T::Code* __restrict__ in, float* __restrict__ out,
+__global__ void decode_vec4(const typename T::Raw* __restrict__ in, float* __restrict__ out,
                             std::size_t n) {
-  using P = Pack4<typename T::Code>;
+  using P = Pack4<typename T::Raw>;
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t n4 = n / 4;
   if (i < n4) {
@@ -150,13 +175,14 @@ void check_version(KernelVersion v, const char* where) {
 }
 
 template <class T>
-void encode(const float* d_in, typename T::Code* d_out, std::size_t n, KernelVersion v,
+void encode(const float* d_in, typename T::Code* d_codes, std::size_t n, KernelVersion v,
             const char* where) {
   check_version(v, where);
   if (n == 0) return;
-  using Code = typename T::Code;
+  using Raw = typename T::Raw;
+  Raw* d_out = reinterpret_cast<Raw*>(d_codes);  // safe: see code_is_raw
   if (v == KernelVersion::vectorized && detail::aligned(d_in, sizeof(float4)) &&
-      detail::aligned(d_out, 4 * sizeof(Code))) {
+      detail::aligned(d_out, 4 * sizeof(Raw))) {
     const std::size_t threads = std::max(n / 4, n % 4);
     encode_vec4<T><<<detail::blocks_for(threads, kThreads, where), kThreads>>>(d_in, d_out, n);
   } else {
@@ -166,12 +192,13 @@ void encode(const float* d_in, typename T::Code* d_out, std::size_t n, KernelVer
 }
 
 template <class T>
-void decode_all(const typename T::Code* d_in, float* d_out, std::size_t n, KernelVersion v,
+void decode_all(const typename T::Code* d_codes, float* d_out, std::size_t n, KernelVersion v,
                 const char* where) {
   check_version(v, where);
   if (n == 0) return;
-  using Code = typename T::Code;
-  if (v == KernelVersion::vectorized && detail::aligned(d_in, 4 * sizeof(Code)) &&
+  using Raw = typename T::Raw;
+  const Raw* d_in = reinterpret_cast<const Raw*>(d_codes);  // safe: see code_is_raw
+  if (v == KernelVersion::vectorized && detail::aligned(d_in, 4 * sizeof(Raw)) &&
       detail::aligned(d_out, sizeof(float4))) {
     const std::size_t threads = std::max(n / 4, n % 4);
     decode_vec4<T><<<detail::blocks_for(threads, kThreads, where), kThreads>>>(d_in, d_out, n);
@@ -183,30 +210,30 @@ void decode_all(const typename T::Code* d_in, float* d_out, std::size_t n, Kerne
 
 }  // namespace
 
-void cast_fp32_to_fp16(const float* d_in, std::uint16_t* d_out, std::size_t n, KernelVersion v) {
+void cast_fp32_to_fp16(const float* d_in, Fp16Code* d_out, std::size_t n, KernelVersion v) {
   encode<ToFp16>(d_in, d_out, n, v, "cast_fp32_to_fp16");
 }
-void cast_fp16_to_fp32(const std::uint16_t* d_in, float* d_out, std::size_t n, KernelVersion v) {
+void cast_fp16_to_fp32(const Fp16Code* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToFp16>(d_in, d_out, n, v, "cast_fp16_to_fp32");
 }
-void cast_fp32_to_bf16(const float* d_in, std::uint16_t* d_out, std::size_t n, KernelVersion v) {
+void cast_fp32_to_bf16(const float* d_in, Bf16Code* d_out, std::size_t n, KernelVersion v) {
   encode<ToBf16>(d_in, d_out, n, v, "cast_fp32_to_bf16");
 }
-void cast_bf16_to_fp32(const std::uint16_t* d_in, float* d_out, std::size_t n, KernelVersion v) {
+void cast_bf16_to_fp32(const Bf16Code* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToBf16>(d_in, d_out, n, v, "cast_bf16_to_fp32");
 }
-void cast_fp32_to_e4m3_sat(const float* d_in, std::uint8_t* d_out, std::size_t n,
+void cast_fp32_to_e4m3_sat(const float* d_in, Fp8E4M3* d_out, std::size_t n,
                            KernelVersion v) {
   encode<ToE4m3Sat>(d_in, d_out, n, v, "cast_fp32_to_e4m3_sat");
 }
-void cast_e4m3_to_fp32(const std::uint8_t* d_in, float* d_out, std::size_t n, KernelVersion v) {
+void cast_e4m3_to_fp32(const Fp8E4M3* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToE4m3Sat>(d_in, d_out, n, v, "cast_e4m3_to_fp32");
 }
-void cast_fp32_to_e5m2_sat(const float* d_in, std::uint8_t* d_out, std::size_t n,
+void cast_fp32_to_e5m2_sat(const float* d_in, Fp8E5M2* d_out, std::size_t n,
                            KernelVersion v) {
   encode<ToE5m2Sat>(d_in, d_out, n, v, "cast_fp32_to_e5m2_sat");
 }
-void cast_e5m2_to_fp32(const std::uint8_t* d_in, float* d_out, std::size_t n, KernelVersion v) {
+void cast_e5m2_to_fp32(const Fp8E5M2* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToE5m2Sat>(d_in, d_out, n, v, "cast_e5m2_to_fp32");
 }
 

@@ -2,8 +2,8 @@
 // the lowest kernel tier (mpt_kernels_formats): is there a device, wait for
 // it, the kernel-version switch every family shares, casts between fp32 and
 // every storage format, and the range report counted on the device.
-// Depends on: src/mpt/formats/format_spec.hpp and range_classify.hpp (plain
-// C++17). Host-only: no CUDA types, so CPU code and cling notebooks can
+// Depends on: src/mpt/formats/format_spec.hpp, range_classify.hpp and
+// codes.hpp (the typed codes; all plain C++17). Host-only: no CUDA types, so CPU code and cling notebooks can
 // include it; the definitions are in kernels/formats/*.cu.
 //
 // Every pointer named d_* is a DEVICE pointer (cudaMalloc'd). All work goes
@@ -11,12 +11,18 @@
 // CUDA's error name and text. The casts return as soon as the kernel is
 // queued: a fault inside a kernel shows up at the next synchronising call
 // (a cudaMemcpy back to the host, or mpt::cuda::synchronize()).
+//
+// Codes are typed (codes.hpp): fp16 data is Fp16Code*, bf16 data Bf16Code*,
+// FP8 data Fp8E4M3* / Fp8E5M2*, so handing bf16 codes to an fp16 kernel does
+// not compile. Each type is exactly its raw integer, so a buffer of
+// n * sizeof(code) bytes from cudaMalloc holds n codes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "mpt/formats/codes.hpp"
 #include "mpt/formats/format_spec.hpp"
 #include "mpt/formats/range_classify.hpp"
 
@@ -45,34 +51,34 @@ enum class KernelVersion : int {
 /// kept. Bit for bit mpt::encode_array(in, .., format_named("fp16")).
 /// The vectorized version needs d_in 16-byte and d_out 8-byte aligned (as
 /// cudaMalloc gives); for other pointers it falls back to the simple one.
-void cast_fp32_to_fp16(const float* d_in, std::uint16_t* d_out, std::size_t n,
+void cast_fp32_to_fp16(const float* d_in, Fp16Code* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 /// fp16 codes → fp32 (exact; NaN → quiet NaN with the sign kept).
-void cast_fp16_to_fp32(const std::uint16_t* d_in, float* d_out, std::size_t n,
+void cast_fp16_to_fp32(const Fp16Code* d_in, float* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 
 /// fp32 → bf16 codes: as cast_fp32_to_fp16 (RNE, overflow to ±inf, NaN →
 /// 0x7FC0 with the sign kept).
-void cast_fp32_to_bf16(const float* d_in, std::uint16_t* d_out, std::size_t n,
+void cast_fp32_to_bf16(const float* d_in, Bf16Code* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 /// bf16 codes → fp32 (exact; NaN → quiet NaN with the sign kept).
-void cast_bf16_to_fp32(const std::uint16_t* d_in, float* d_out, std::size_t n,
+void cast_bf16_to_fp32(const Bf16Code* d_in, float* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 
 /// fp32 → OCP E4M3 codes, saturating (CUDA's __NV_SATFINITE): RNE, finite
 /// values beyond ±448 and ±inf become ±448; NaN → 0x7F/0xFF (S.1111.111).
-void cast_fp32_to_e4m3_sat(const float* d_in, std::uint8_t* d_out, std::size_t n,
+void cast_fp32_to_e4m3_sat(const float* d_in, Fp8E4M3* d_out, std::size_t n,
                            KernelVersion v = KernelVersion::vectorized);
 /// E4M3 codes → fp32 (exact; S.1111.111 → quiet NaN with the sign kept).
-void cast_e4m3_to_fp32(const std::uint8_t* d_in, float* d_out, std::size_t n,
+void cast_e4m3_to_fp32(const Fp8E4M3* d_in, float* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 
 /// fp32 → OCP E5M2 codes, saturating: RNE, beyond ±57344 and ±inf become
 /// ±57344; NaN → 0x7E/0xFE.
-void cast_fp32_to_e5m2_sat(const float* d_in, std::uint8_t* d_out, std::size_t n,
+void cast_fp32_to_e5m2_sat(const float* d_in, Fp8E5M2* d_out, std::size_t n,
                            KernelVersion v = KernelVersion::vectorized);
 /// E5M2 codes → fp32 (exact; NaN → quiet NaN with the sign kept).
-void cast_e5m2_to_fp32(const std::uint8_t* d_in, float* d_out, std::size_t n,
+void cast_e5m2_to_fp32(const Fp8E5M2* d_in, float* d_out, std::size_t n,
                        KernelVersion v = KernelVersion::vectorized);
 
 // --- range report (kernels/formats/range_report.cu) ----------------------

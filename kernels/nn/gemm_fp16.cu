@@ -2,7 +2,7 @@
 // mixed precision, fp16 inputs with FP32 accumulation (tensor cores come in
 // Chapter 6; these kernels use plain FMA units).
 // Depends on: mpt/round_element.hpp (fp32 -> fp16 for the fp16 output, the
-// CPU's rounding), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 -> fp32,
+// CPU's rounding), mpt/codes.hpp (Fp16Code), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 -> fp32,
 // exact).
 //
 // Shapes (row-major, contiguous): op(A) M x K, op(B) K x N, C M x N; A is
@@ -18,6 +18,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/formats/cuda_check.cuh"
 #include "kernels/nn/nn_kernels.hpp"
@@ -33,6 +34,19 @@ constexpr int kTile = 16;  // 16 x 16 outputs per block, one per thread
 struct Fp16 {
   static constexpr FormatSpec spec = formats::fp16;
 };
+
+// The one place where Fp16Code becomes std::uint16_t, for both entry points
+// below: the kernels read and write raw binary16 codes. Safe because
+// Fp16Code is a standard-layout struct whose only member is a uint16_t, with
+// its size and alignment (codes.hpp asserts it): a pointer to the code is a
+// pointer to its member, and an array of codes is an array of uint16_t.
+static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) &&
+                  alignof(Fp16Code) == alignof(std::uint16_t) &&
+                  std::is_standard_layout_v<Fp16Code>,
+              "Fp16Code must be exactly a uint16_t");
+const std::uint16_t* raw(const Fp16Code* p) { return reinterpret_cast<const std::uint16_t*>(p); }
+std::uint16_t* raw(Fp16Code* p) { return reinterpret_cast<std::uint16_t*>(p); }
+float* raw(float* p) { return p; }
 
 __device__ __forceinline__ float h2f(std::uint16_t code) {
   return __half2float(__ushort_as_half(code));
@@ -96,7 +110,13 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
   float acc = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += kTile) {
+  // Counted in tiles, not k0 += kTile while k0 < K: for K within 15 of
+  // INT_MAX that last step overflows int (undefined behaviour; in practice
+  // k0 wraps negative, the loop runs on and reads before the operands).
+  // k0 + kk stays <= INT_MAX: k0 <= K - 1 rounded down to a multiple of 16.
+  const int tiles = K / kTile + (K % kTile != 0 ? 1 : 0);
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = t * kTile;
     {  // A tile: A [M,K] walks k with tx; A [K,M] walks m with tx.
       const int i = kTransA ? tx : ty, kk = kTransA ? ty : tx;
       const int m = m0 + i, k = k0 + kk;
@@ -128,11 +148,14 @@ void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
   if ((ta != Trans::no && ta != Trans::yes) || (tb != Trans::no && tb != Trans::yes))
     throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown Trans (choices: no, yes)");
   if (M == 0 || N == 0) return;
-  const unsigned int gy = static_cast<unsigned int>((M + kTile - 1) / kTile);
-  if (gy > 65535u)
+  // Block counts in 64 bits: M + kTile - 1 in int overflows for M (or N)
+  // within 15 of INT_MAX. 2^31 / 16 = 2^27 column blocks fit grid x easily.
+  const long long gx = (static_cast<long long>(N) + kTile - 1) / kTile;
+  const long long gy = (static_cast<long long>(M) + kTile - 1) / kTile;
+  if (gy > 65535)
     throw std::length_error("mpt::cuda::gemm_fp16: M=" + std::to_string(M) +
                             " needs more than 65535 row blocks");
-  const dim3 grid(static_cast<unsigned int>((N + kTile - 1) / kTile), gy);
+  const dim3 grid(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy));
   const dim3 block(kTile, kTile);
   const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
   auto go = [&](auto kernel) { kernel<<<grid, block>>>(d_a, d_b, d_c, M, N, K); };
@@ -152,14 +175,14 @@ void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
 
 }  // namespace
 
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
-               const std::uint16_t* d_b, float* d_c, GemmVersion v) {
-  launch(ta, tb, M, N, K, d_a, d_b, d_c, v);
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
+               const Fp16Code* d_b, float* d_c, GemmVersion v) {
+  launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
 }
 
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
-               const std::uint16_t* d_b, std::uint16_t* d_c, GemmVersion v) {
-  launch(ta, tb, M, N, K, d_a, d_b, d_c, v);
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
+               const Fp16Code* d_b, Fp16Code* d_c, GemmVersion v) {
+  launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
 }
 
 }  // namespace mpt::cuda

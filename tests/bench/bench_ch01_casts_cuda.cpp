@@ -45,12 +45,17 @@ int main(int argc, char** argv) {
   std::vector<float> host(n);
   bench::fill_wide_range(host);
   float *d_in = nullptr, *d_copy = nullptr;
-  std::uint16_t* d_16 = nullptr;
-  std::uint8_t* d_8 = nullptr;
+  // One buffer per code type (the API types them: bf16 codes are not fp16's).
+  mpt::Fp16Code* d_fp16 = nullptr;
+  mpt::Bf16Code* d_bf16 = nullptr;
+  mpt::Fp8E4M3* d_e4m3 = nullptr;
+  mpt::Fp8E5M2* d_e5m2 = nullptr;
   check(cudaMalloc(&d_in, n * 4), "cudaMalloc");
   check(cudaMalloc(&d_copy, n * 4), "cudaMalloc");
-  check(cudaMalloc(&d_16, n * 2), "cudaMalloc");
-  check(cudaMalloc(&d_8, n), "cudaMalloc");
+  check(cudaMalloc(&d_fp16, n * sizeof(mpt::Fp16Code)), "cudaMalloc");
+  check(cudaMalloc(&d_bf16, n * sizeof(mpt::Bf16Code)), "cudaMalloc");
+  check(cudaMalloc(&d_e4m3, n * sizeof(mpt::Fp8E4M3)), "cudaMalloc");
+  check(cudaMalloc(&d_e5m2, n * sizeof(mpt::Fp8E5M2)), "cudaMalloc");
   check(cudaMemcpy(d_in, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
 
   const float memcpy_ms =
@@ -67,13 +72,13 @@ int main(int argc, char** argv) {
     std::function<void(V)> run;
   };
   const std::vector<Case> cases{
-      {"fp32 -> fp16", 6, [&](V v) { mpt::cuda::cast_fp32_to_fp16(d_in, d_16, n, v); }},
-      {"fp16 -> fp32", 6, [&](V v) { mpt::cuda::cast_fp16_to_fp32(d_16, d_copy, n, v); }},
-      {"fp32 -> bf16", 6, [&](V v) { mpt::cuda::cast_fp32_to_bf16(d_in, d_16, n, v); }},
-      {"bf16 -> fp32", 6, [&](V v) { mpt::cuda::cast_bf16_to_fp32(d_16, d_copy, n, v); }},
-      {"fp32 -> e4m3 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e4m3_sat(d_in, d_8, n, v); }},
-      {"e4m3 -> fp32", 5, [&](V v) { mpt::cuda::cast_e4m3_to_fp32(d_8, d_copy, n, v); }},
-      {"fp32 -> e5m2 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e5m2_sat(d_in, d_8, n, v); }},
+      {"fp32 -> fp16", 6, [&](V v) { mpt::cuda::cast_fp32_to_fp16(d_in, d_fp16, n, v); }},
+      {"fp16 -> fp32", 6, [&](V v) { mpt::cuda::cast_fp16_to_fp32(d_fp16, d_copy, n, v); }},
+      {"fp32 -> bf16", 6, [&](V v) { mpt::cuda::cast_fp32_to_bf16(d_in, d_bf16, n, v); }},
+      {"bf16 -> fp32", 6, [&](V v) { mpt::cuda::cast_bf16_to_fp32(d_bf16, d_copy, n, v); }},
+      {"fp32 -> e4m3 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e4m3_sat(d_in, d_e4m3, n, v); }},
+      {"e4m3 -> fp32", 5, [&](V v) { mpt::cuda::cast_e4m3_to_fp32(d_e4m3, d_copy, n, v); }},
+      {"fp32 -> e5m2 (sat)", 5, [&](V v) { mpt::cuda::cast_fp32_to_e5m2_sat(d_in, d_e5m2, n, v); }},
       {"range_counts fp16", 4, [&](V v) { (void)mpt::cuda::range_counts(d_in, n, mpt::formats::fp16, v); }},
   };
   for (const Case& c : cases)
@@ -85,7 +90,9 @@ int main(int argc, char** argv) {
     }
   cudaFree(d_in);
   cudaFree(d_copy);
-  cudaFree(d_16);
-  cudaFree(d_8);
+  cudaFree(d_fp16);
+  cudaFree(d_bf16);
+  cudaFree(d_e4m3);
+  cudaFree(d_e5m2);
   return 0;
 }

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     const float ms = median_ms(
         [&] {
           for (int i = 0; i < kLaunches; ++i)
-            mpt::cuda::update_scale(d_params + 3, d_tracker, d_params + 2, 2.0f, 0.5f, 2000);
+            mpt::cuda::update_scale(d_params + 3, d_tracker, d_params + 2, 2.0, 0.5, 2000);
         },
         5);
     std::printf("%-28s %-10s %9.4f   (per launch, %d queued back to back)\n", "update_scale", "-",
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases)
     most = std::max({most, static_cast<std::size_t>(c.M) * c.K, static_cast<std::size_t>(c.K) * c.N,
                      static_cast<std::size_t>(c.M) * c.N});
-  std::uint16_t *d_a = nullptr, *d_b = nullptr;
+  mpt::Fp16Code *d_a = nullptr, *d_b = nullptr;
   float* d_c = nullptr;
   check(cudaMalloc(&d_a, most * 2), "cudaMalloc");
   check(cudaMalloc(&d_b, most * 2), "cudaMalloc");

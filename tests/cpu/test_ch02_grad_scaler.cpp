@@ -385,9 +385,10 @@ TEST_CASE("at scale 0 the loss is 0, unscale turns the zero gradients into NaN, 
 
 TEST_CASE("FP32 factors give the same scale as PyTorch's double multiply, rounded once") {
   // PyTorch keeps the factors as doubles and computes float(double(scale) *
-  // factor); mpt::update_scale multiplies in FP32. A product of two 24-bit
-  // significands is exact in a double, so both round once: equal whenever
-  // the factor is an FP32 value (all defaults are).
+  // factor), as mpt::update_scale now does too. A product of two 24-bit
+  // significands is exact in a double, so an FP32 multiply rounds once as
+  // well: equal whenever the factor is an FP32 value (all defaults are).
+  // For factors that are not (0.3, 1.7) see test_ch02_scaler_math.cpp.
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> any_positive(1, 0x7f7fffffu);
   for (float factor : {2.0f, 0.5f, 1.5f, 0.75f, 3.0f, 0.1f, 1.0001f}) {

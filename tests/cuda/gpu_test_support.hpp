@@ -1,8 +1,9 @@
 // Chapter 01 onwards — what every GPU test needs: a main() that skips
 // (exit 77, CTest "Skipped") when there is no usable device, device buffers
 // that are poisoned before a kernel writes them, and llm.c-style reporting
-// of the first mismatch. Depends on: the CUDA runtime, doctest,
-// kernels/formats/formats_kernels.hpp (device_available); each test includes
+// of the first mismatch, and the raw bits of the typed codes. Depends on:
+// the CUDA runtime, doctest, kernels/formats/formats_kernels.hpp
+// (device_available, and mpt/formats/codes.hpp); each test includes
 // the kernel header of its own tier. Include after defining
 // DOCTEST_CONFIG_IMPLEMENT.
 #pragma once
@@ -23,6 +24,36 @@
 #include "kernels/formats/formats_kernels.hpp"
 
 namespace mpt::test {
+
+/// The raw bit pattern of a typed code (mpt/formats/codes.hpp), widened.
+inline std::uint32_t code_bits(mpt::Fp16Code c) { return c.bits; }
+/// The raw bit pattern of a bf16 code, widened.
+inline std::uint32_t code_bits(mpt::Bf16Code c) { return c.bits; }
+/// The raw bit pattern of an FP8 code, widened.
+template <const mpt::FormatSpec& Spec>
+std::uint32_t code_bits(mpt::Fp8<Spec> c) {
+  return c.code;
+}
+/// The bit patterns of a vector of typed codes.
+template <class Code>
+std::vector<std::uint32_t> code_bits(const std::vector<Code>& codes) {
+  std::vector<std::uint32_t> out;
+  for (const Code& c : codes) out.push_back(code_bits(c));
+  return out;
+}
+/// The typed code with the low 8 * sizeof(Code) bits of u.
+template <class Code>
+Code code_from_bits(std::uint32_t u) {
+  Code c;
+  if constexpr (sizeof(Code) == 2) {
+    const auto b = static_cast<std::uint16_t>(u);
+    std::memcpy(&c, &b, sizeof c);
+  } else {
+    const auto b = static_cast<std::uint8_t>(u);
+    std::memcpy(&c, &b, sizeof c);
+  }
+  return c;
+}
 
 inline void cuda_ok(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {

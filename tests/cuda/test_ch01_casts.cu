@@ -55,17 +55,17 @@ void check_encode(const char* name, EncodeFn<Code> cast, const char* format,
   mpt::test::DeviceArray<Code> d_out(in.size());
   d_out.poison();
   cast(d_in.get() + offset, d_out.get() + offset, in.size() - offset, v);
-  const std::vector<Code> got = d_out.download();
+  const std::vector<std::uint32_t> got = mpt::test::code_bits(d_out.download());
+  const std::uint32_t poison = (1u << (8 * sizeof(Code))) - 1u;  // every byte 0xFF
 
   std::size_t bad = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    const std::uint32_t want = i < offset ? static_cast<Code>(~Code{0}) : expected[i];
+    const std::uint32_t want = i < offset ? poison : expected[i];
     if (got[i] == want) continue;
     if (bad++ == 0) {
       std::printf("%s (%s, offset %zu): mismatch at [%zu]: x=%a (%.9g) expected %#" PRIx32
                   " got %#" PRIx32 "\n",
-                  name, version_name(v), offset, i, in[i], in[i], want,
-                  static_cast<std::uint32_t>(got[i]));
+                  name, version_name(v), offset, i, in[i], in[i], want, got[i]);
     }
   }
   if (bad) std::printf("%s: %zu of %zu differ (seed %" PRIu64 ")\n", name, bad, in.size(), mpt::test::test_seed());
@@ -80,8 +80,9 @@ void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& 
                   KernelVersion v, std::size_t offset) {
   std::vector<Code> codes;
   const std::uint32_t count = 1u << (8 * sizeof(Code));
-  for (std::uint32_t c = 0; c < count; ++c) codes.push_back(static_cast<Code>(c));
-  for (std::uint32_t c = 0; c < 13; ++c) codes.push_back(static_cast<Code>(count - 1 - 7 * c));
+  for (std::uint32_t c = 0; c < count; ++c) codes.push_back(mpt::test::code_from_bits<Code>(c));
+  for (std::uint32_t c = 0; c < 13; ++c)
+    codes.push_back(mpt::test::code_from_bits<Code>(count - 1 - 7 * c));
 
   mpt::test::DeviceArray<Code> d_in(codes);
   mpt::test::DeviceArray<float> d_out(codes.size());
@@ -92,13 +93,14 @@ void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& 
   std::size_t bad = 0;
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const std::uint32_t want =
-        i < offset ? 0xffffffffu : mpt::test::bits_from_float(mpt::decode(codes[i], f));
+        i < offset ? 0xffffffffu
+                   : mpt::test::bits_from_float(mpt::decode(mpt::test::code_bits(codes[i]), f));
     const std::uint32_t have = mpt::test::bits_from_float(got[i]);
     if (have == want) continue;
     if (bad++ == 0) {
       std::printf("%s (%s, offset %zu): mismatch at [%zu]: code %#x expected %a (%#" PRIx32
                   ") got %a (%#" PRIx32 ")\n",
-                  name, version_name(v), offset, i, static_cast<unsigned>(codes[i]),
+                  name, version_name(v), offset, i, mpt::test::code_bits(codes[i]),
                   mpt::test::float_from_bits(want), want, got[i], have);
     }
   }
@@ -130,30 +132,30 @@ void check_decode_all(const char* name, DecodeFn<Code> cast, const mpt::FormatSp
 }  // namespace
 
 TEST_CASE("fp32 -> fp16 on the GPU == mpt::encode_array (RNE, overflow to inf)") {
-  check_encode_all<std::uint16_t>("cast_fp32_to_fp16", mpt::cuda::cast_fp32_to_fp16, "fp16",
+  check_encode_all<mpt::Fp16Code>("cast_fp32_to_fp16", mpt::cuda::cast_fp32_to_fp16, "fp16",
                                   mpt::OverflowMode::infinity);
 }
 TEST_CASE("fp32 -> bf16 on the GPU == mpt::encode_array (RNE, overflow to inf)") {
-  check_encode_all<std::uint16_t>("cast_fp32_to_bf16", mpt::cuda::cast_fp32_to_bf16, "bf16",
+  check_encode_all<mpt::Bf16Code>("cast_fp32_to_bf16", mpt::cuda::cast_fp32_to_bf16, "bf16",
                                   mpt::OverflowMode::infinity);
 }
 TEST_CASE("fp32 -> e4m3 on the GPU == mpt::encode_array (RNE, saturating)") {
-  check_encode_all<std::uint8_t>("cast_fp32_to_e4m3_sat", mpt::cuda::cast_fp32_to_e4m3_sat,
+  check_encode_all<mpt::Fp8E4M3>("cast_fp32_to_e4m3_sat", mpt::cuda::cast_fp32_to_e4m3_sat,
                                  "e4m3", mpt::OverflowMode::saturate);
 }
 TEST_CASE("fp32 -> e5m2 on the GPU == mpt::encode_array (RNE, saturating)") {
-  check_encode_all<std::uint8_t>("cast_fp32_to_e5m2_sat", mpt::cuda::cast_fp32_to_e5m2_sat,
+  check_encode_all<mpt::Fp8E5M2>("cast_fp32_to_e5m2_sat", mpt::cuda::cast_fp32_to_e5m2_sat,
                                  "e5m2", mpt::OverflowMode::saturate);
 }
 
 TEST_CASE("codes -> fp32 on the GPU == mpt::decode, every code") {
-  check_decode_all<std::uint16_t>("cast_fp16_to_fp32", mpt::cuda::cast_fp16_to_fp32,
+  check_decode_all<mpt::Fp16Code>("cast_fp16_to_fp32", mpt::cuda::cast_fp16_to_fp32,
                                   mpt::formats::fp16);
-  check_decode_all<std::uint16_t>("cast_bf16_to_fp32", mpt::cuda::cast_bf16_to_fp32,
+  check_decode_all<mpt::Bf16Code>("cast_bf16_to_fp32", mpt::cuda::cast_bf16_to_fp32,
                                   mpt::formats::bf16);
-  check_decode_all<std::uint8_t>("cast_e4m3_to_fp32", mpt::cuda::cast_e4m3_to_fp32,
+  check_decode_all<mpt::Fp8E4M3>("cast_e4m3_to_fp32", mpt::cuda::cast_e4m3_to_fp32,
                                  mpt::formats::e4m3);
-  check_decode_all<std::uint8_t>("cast_e5m2_to_fp32", mpt::cuda::cast_e5m2_to_fp32,
+  check_decode_all<mpt::Fp8E5M2>("cast_e5m2_to_fp32", mpt::cuda::cast_e5m2_to_fp32,
                                  mpt::formats::e5m2);
 }
 
@@ -165,24 +167,24 @@ TEST_CASE("pinned values: the numbers chapter 01 quotes") {
                                  0x1p-25f, 0x1.8p-25f, 0x1.8p-24f, -0.0f, 448.0f, 464.0f,
                                  1e6f, -1e6f};
   mpt::test::DeviceArray<float> d_in(in);
-  mpt::test::DeviceArray<std::uint16_t> d_h(in.size());
-  mpt::test::DeviceArray<std::uint8_t> d_q(in.size());
+  mpt::test::DeviceArray<mpt::Fp16Code> d_h(in.size());
+  mpt::test::DeviceArray<mpt::Fp8E4M3> d_q(in.size());
   d_h.poison();
   d_q.poison();
   mpt::cuda::cast_fp32_to_fp16(d_in.get(), d_h.get(), in.size());
   mpt::cuda::cast_fp32_to_e4m3_sat(d_in.get(), d_q.get(), in.size());
-  const std::vector<std::uint16_t> h = d_h.download();
-  const std::vector<std::uint8_t> q = d_q.download();
-  CHECK(h == std::vector<std::uint16_t>{0x7bff, 0x7bff, 0x7c00, 0x0001, 0x0000, 0x0001, 0x0002,
+  const std::vector<std::uint32_t> h = mpt::test::code_bits(d_h.download());
+  const std::vector<std::uint32_t> q = mpt::test::code_bits(d_q.download());
+  CHECK(h == std::vector<std::uint32_t>{0x7bff, 0x7bff, 0x7c00, 0x0001, 0x0000, 0x0001, 0x0002,
                                         0x8000, 0x5f00, 0x5f40, 0x7c00, 0xfc00});
-  CHECK(q == std::vector<std::uint8_t>{0x7e, 0x7e, 0x7e, 0x00, 0x00, 0x00, 0x00, 0x80, 0x7e,
-                                       0x7e, 0x7e, 0xfe});
+  CHECK(q == std::vector<std::uint32_t>{0x7e, 0x7e, 0x7e, 0x00, 0x00, 0x00, 0x00, 0x80, 0x7e,
+                                        0x7e, 0x7e, 0xfe});
 }
 
 TEST_CASE("bad arguments: n == 0 is a no-op, an unknown version throws") {
   CHECK_NOTHROW(mpt::cuda::cast_fp32_to_fp16(nullptr, nullptr, 0));
   mpt::test::DeviceArray<float> d(4);
-  mpt::test::DeviceArray<std::uint16_t> h(4);
+  mpt::test::DeviceArray<mpt::Fp16Code> h(4);
   CHECK_THROWS_AS(mpt::cuda::cast_fp32_to_fp16(d.get(), h.get(), 4, static_cast<KernelVersion>(7)),
                   std::invalid_argument);
   CHECK_NOTHROW(mpt::cuda::synchronize());

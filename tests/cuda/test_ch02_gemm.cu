@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "mpt/formats/round_element.hpp"
@@ -56,6 +57,13 @@ std::uint16_t to_fp16(float x) {
 }
 float from_fp16(std::uint16_t c) { return mpt::decode(c, kFp16); }
 bool fp16_is_nan(std::uint16_t c) { return (c & 0x7c00u) == 0x7c00u && (c & 0x03ffu) != 0; }
+
+/// Raw codes as the kernels' typed fp16 codes, for upload.
+std::vector<mpt::Fp16Code> typed(const std::vector<std::uint16_t>& raw) {
+  std::vector<mpt::Fp16Code> out;
+  for (std::uint16_t c : raw) out.push_back(mpt::Fp16Code{c});
+  return out;
+}
 
 struct Shape {
   int M, N, K;
@@ -134,15 +142,16 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
                 gemm_version_name(v), s.M, s.N, s.K, tA ? "^T" : "",
                 tB ? "^T" : "", inputs_name(kind));
 
-  DeviceArray<std::uint16_t> d_a(a.codes), d_b(b.codes);
+  DeviceArray<mpt::Fp16Code> d_a(typed(a.codes)), d_b(typed(b.codes));
   DeviceArray<float> d_c(mn + 7);
-  DeviceArray<std::uint16_t> d_h(mn + 7);
+  DeviceArray<mpt::Fp16Code> d_h(mn + 7);
   d_c.poison();
   d_h.poison();
   mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_c.get(), v);
   mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_h.get(), v);
   const std::vector<float> c = d_c.download();
-  const std::vector<std::uint16_t> h = d_h.download();
+  std::vector<std::uint16_t> h;
+  for (mpt::Fp16Code code : d_h.download()) h.push_back(code.bits);
 
   std::size_t bad = 0, bound_bad = 0;
   double max_err = 0, max_ratio = 0;
@@ -222,7 +231,7 @@ TEST_CASE("gemm_fp16: the MLP's three products have the documented shapes") {
 }
 
 TEST_CASE("gemm_fp16: empty sizes are no-ops, bad arguments throw") {
-  DeviceArray<std::uint16_t> d(4);
+  DeviceArray<mpt::Fp16Code> d(4);
   DeviceArray<float> c(4);
   c.poison();
   CHECK_NOTHROW(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 0, 4, 4, d.get(), d.get(), c.get()));
@@ -230,6 +239,14 @@ TEST_CASE("gemm_fp16: empty sizes are no-ops, bad arguments throw") {
   CHECK(bits_from_float(c.download()[0]) == 0xffffffffu);  // nothing written
   CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, -1, 2, 2, d.get(), d.get(), c.get()),
                   std::invalid_argument);
+  // One row more than 65535 row blocks hold, and M = INT_MAX (where M + 15
+  // would overflow an int): std::length_error, before any launch.
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 65535 * 16 + 1, 1, 1, d.get(), d.get(),
+                                       c.get()),
+                  std::length_error);
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, std::numeric_limits<int>::max(), 1, 1,
+                                       d.get(), d.get(), c.get()),
+                  std::length_error);
   CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 2, 2, 2, d.get(), d.get(), c.get(),
                                        static_cast<GemmVersion>(5)),
                   std::invalid_argument);

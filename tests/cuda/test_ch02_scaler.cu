@@ -1,7 +1,9 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GradScaler's GPU
 // kernels (kernels/scaler.cu) against the CPU reference.
 // Depends on: mpt (unscale.hpp, scaler_math.hpp: the reference), mpt::kernels,
-// tests/cuda_host/sweep_values.hpp (adversarial inputs), gpu_test_support.hpp.
+// tests/cuda_host/sweep_values.hpp (adversarial inputs),
+// tests/cuda_host/scale_update_cases.hpp (the scale-update sequences),
+// gpu_test_support.hpp.
 // Without a usable GPU it prints why and exits 77 (CTest: Skipped).
 //
 // Tolerance: none. The unscale is one fp32 multiply per element on both
@@ -23,6 +25,7 @@
 
 #include "mpt/amp/scaler_math.hpp"
 #include "mpt/amp/unscale.hpp"
+#include "scale_update_cases.hpp"
 #include "sweep_values.hpp"
 
 namespace {
@@ -244,27 +247,16 @@ TEST_CASE("inverse_scale: (float)(1.0 / (double)scale), the bits the host comput
 }
 
 TEST_CASE("update_scale on the device follows mpt::update_scale step for step") {
-  struct Config {
-    float init, growth, backoff;
-    std::int32_t interval;
-  };
-  const Config configs[] = {
-      {65536.0f, 2.0f, 0.5f, 2000},  // PyTorch's defaults
-      {65536.0f, 2.0f, 0.5f, 3},     // short interval: many growths
-      {0x1p+126f, 2.0f, 0.5f, 1},    // growth stops where FP32 would overflow
-      {0x1p-140f, 2.0f, 0.5f, 5},    // backoff into subnormals and to 0 (no floor)
-      {1000.0f, 3.0f, 0.3f, 2},      // factors that are not powers of two
-  };
-  std::mt19937_64 rng(mpt::test::test_seed());
-  for (const Config& c : configs) {
-    // 400 steps: runs of overflows, runs without, and random ones.
+  // The cases and flag sequences of scale_update_cases.hpp. The reference
+  // is mpt::update_scale with the double factors, which
+  // tests/cpu/test_ch02_scaler_math.cpp shows is the CPU GradScaler's
+  // sequence, and shows differs from the one float-rounded factors give for
+  // the cases with 0.3 and 1.7: a float anywhere on the way to the device
+  // fails this comparison.
+  for (const mpt::test::ScaleUpdateCase& c : mpt::test::scale_update_cases()) {
+    const std::vector<bool> found = mpt::test::scale_update_flags(c, mpt::test::test_seed());
     std::vector<float> flags;
-    for (int s = 0; s < 400; ++s) {
-      const bool f = s < 20 ? true : s < 120 ? false : s < 160 ? (s % 2 == 0)
-                   : (rng() % 10) < 3;
-      flags.push_back(f ? 1.0f : 0.0f);
-    }
-    if (c.init < 1.0f) std::fill(flags.begin(), flags.begin() + 200, 1.0f);
+    for (bool f : found) flags.push_back(f ? 1.0f : 0.0f);
     DeviceArray<float> d_flags(flags);
     DeviceArray<float> d_scale(std::vector<float>{c.init});
     DeviceArray<std::int32_t> d_tracker(std::vector<std::int32_t>{0});
@@ -283,21 +275,21 @@ TEST_CASE("update_scale on the device follows mpt::update_scale step for step") 
     }
     const std::vector<float> hist = d_hist.download();
     const std::vector<std::int32_t> thist = d_thist.download();
-    float scale = c.init;
-    std::int32_t tracker = 0;
+    const std::vector<mpt::test::ScaleUpdateStep> ref =
+        mpt::test::scale_update_sequence(c, found, c.growth, c.backoff);
     std::vector<float> want;
     std::size_t tracker_bad = 0;
-    for (std::size_t s = 0; s < flags.size(); ++s) {
-      mpt::update_scale(scale, tracker, flags[s] != 0.0f, c.growth, c.backoff, c.interval);
-      want.push_back(scale);
-      if (thist[s] != tracker && tracker_bad++ < 5)
-        std::printf("update_scale init %g: step %zu tracker %d expected %d\n", c.init, s + 1,
-                    thist[s], tracker);
+    for (std::size_t s = 0; s < ref.size(); ++s) {
+      want.push_back(ref[s].scale);
+      if (thist[s] != ref[s].tracker && tracker_bad++ < 5)
+        std::printf("update_scale %s: step %zu tracker %d expected %d\n", c.name, s + 1,
+                    thist[s], ref[s].tracker);
     }
-    CHECK(mismatches(want, hist, false, "update_scale init " + std::to_string(c.init)) == 0);
+    CAPTURE(c.name);
+    CHECK(mismatches(want, hist, false, std::string("update_scale ") + c.name) == 0);
     CHECK(tracker_bad == 0);
     if (c.init < 1.0f) CHECK(want[199] == 0.0f);           // driven to zero
-    if (c.init > 1e38f)  // grows up to 2^127, never to inf
+    if (c.init >= 0x1p+126f)  // grows up to 2^127, never to inf
       CHECK(*std::max_element(want.begin(), want.end()) == 0x1p+127f);
   }
 }
@@ -307,6 +299,10 @@ TEST_CASE("a whole GradScaler step on the device, 30 steps, against the CPU") {
   // the sequence of amp_kernels.hpp's Chapter 2 comment — with overflow on
   // some steps. The CPU does the same with mpt::unscale_and_check and
   // mpt::update_scale; scale, tracker and gradients must agree exactly.
+  // Factors 1.7 and 0.3 are not FP32 values: a float factor on the device
+  // would differ from the third backoff on (inverse scales that are not
+  // powers of two then test the unscale too).
+  const double growth = 1.7, backoff = 0.3;
   const Layout L;
   std::mt19937_64 rng(mpt::test::test_seed() + 7);
   DeviceArray<float> d_flat(L.total);
@@ -326,11 +322,11 @@ TEST_CASE("a whole GradScaler step on the device, 30 steps, against the CPU") {
     mpt::cuda::reset_found_inf(d_found.get());
     mpt::cuda::inverse_scale(d_scale.get(), d_inv.get());
     mpt::cuda::unscale_and_check(list, d_inv.get(), d_found.get());
-    mpt::cuda::update_scale(d_scale.get(), d_tracker.get(), d_found.get(), 2.0f, 0.5f, 3);
+    mpt::cuda::update_scale(d_scale.get(), d_tracker.get(), d_found.get(), growth, backoff, 3);
 
     const float inv = static_cast<float>(1.0 / static_cast<double>(scale));
     const bool found = mpt::unscale_and_check(L.host(flat.data()), inv);
-    mpt::update_scale(scale, tracker, found, 2.0f, 0.5f, 3);
+    mpt::update_scale(scale, tracker, found, growth, backoff, 3);
 
     CAPTURE(step);
     CHECK(d_found.download()[0] == (found ? 1.0f : 0.0f));

@@ -1,5 +1,6 @@
 // Chapter 01 — floating-point formats and their limits.
-// Depends on: rounding.hpp, Eigen (Eigen::half, Eigen::bfloat16).
+// Depends on: rounding.hpp, codes.hpp (the FP8 code types), Eigen
+// (Eigen::half, Eigen::bfloat16).
 //
 // Storage with real sizes: an fp16 element occupies 2 bytes (Eigen::half),
 // bf16 likewise (Eigen::bfloat16), FP8 one byte (a code plus its codec).
@@ -13,23 +14,14 @@
 
 #include <Eigen/Core>
 
+#include "mpt/formats/codes.hpp"
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt {
 
-/// One FP8 value: the byte and, through the tag, which codec reads it.
-template <const FormatSpec& Spec>
-struct Fp8 {
-  std::uint8_t code = 0;                             ///< the format's bit pattern
-  static constexpr const FormatSpec& spec = Spec;    ///< the format the code is read in
-  /// The value whose bit pattern is c.
-  static Fp8 from_code(std::uint8_t c) { Fp8 v; v.code = c; return v; }
-  /// The value as a float (exact).
-  float to_float() const { return decode(code, Spec); }
-};
-using Fp8E4M3 = Fp8<formats::e4m3>;  ///< OCP E4M3: max 448, no inf
-using Fp8E5M2 = Fp8<formats::e5m2>;  ///< OCP E5M2: max 57344, IEEE-like
-static_assert(sizeof(Fp8E4M3) == 1 && sizeof(Eigen::half) == 2 && sizeof(Eigen::bfloat16) == 2,
+// Fp8, Fp8E4M3 and Fp8E5M2 (one byte each) are defined in codes.hpp, with
+// the fp16 and bf16 codes of the kernel API.
+static_assert(sizeof(Eigen::half) == 2 && sizeof(Eigen::bfloat16) == 2,
               "storage types must have their real sizes");
 
 /// fp32 → fp16 storage (2 bytes each).
