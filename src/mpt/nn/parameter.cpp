@@ -2,7 +2,6 @@
 // Depends on: parameter.hpp; Chapter 1's format descriptors (what a code means).
 #include "mpt/nn/parameter.hpp"
 
-#include <cmath>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -33,26 +32,38 @@ void Parameter::set_model_dtype(DType d) {
 namespace {
 
 // Whether forward reads a different value after the refresh: codes compared
-// with float semantics (+0 and -0 are one value; a NaN never equals itself).
+// with float semantics (+0 and -0 are one value; a NaN never equals itself),
+// from the bits alone so that the loop over every weight stays cheap.
 template <typename Code>
-bool value_changed(Code before, Code after, const FormatSpec& spec) {
-  const Code magnitude = static_cast<Code>(~(Code(1) << (spec.exponent_bits + spec.mantissa_bits)));
-  if (before != after) return (before & magnitude) != 0 || (after & magnitude) != 0;
-  return std::isnan(decode(before, spec));
-}
+struct CodeCompare {
+  Code magnitude, exponent, fraction;
+  bool ieee;
+  explicit CodeCompare(const FormatSpec& spec)
+      : magnitude(static_cast<Code>((1u << (spec.exponent_bits + spec.mantissa_bits)) - 1u)),
+        exponent(static_cast<Code>(((1u << spec.exponent_bits) - 1u) << spec.mantissa_bits)),
+        fraction(static_cast<Code>((1u << spec.mantissa_bits) - 1u)),
+        ieee(spec.special == SpecialEncoding::ieee) {}
+  bool is_nan(Code c) const {
+    return ieee ? (c & exponent) == exponent && (c & fraction) != 0 : (c & magnitude) == magnitude;
+  }
+  bool changed(Code before, Code after) const {
+    if (before != after) return ((before | after) & magnitude) != 0;
+    return is_nan(before);
+  }
+};
 
 template <typename Code>
 RefreshStats refresh_codes(Tensor& master, Tensor& model, DType d, MasterWeights mode) {
   RefreshStats st;
   const auto n = static_cast<std::size_t>(master.numel());
   st.elements = n;
-  const FormatSpec& spec = format_of(d).spec;
+  const CodeCompare<Code> cmp(format_of(d).spec);
   const Tensor before = model;
   model = Tensor::uninitialized(d, master.shape());
   model.assign(std::as_const(master).f32_data(), master.numel());
   const auto* old_codes = static_cast<const Code*>(before.raw());
   const auto* new_codes = static_cast<const Code*>(model.raw());
-  for (std::size_t i = 0; i < n; ++i) st.changed += value_changed(old_codes[i], new_codes[i], spec);
+  for (std::size_t i = 0; i < n; ++i) st.changed += cmp.changed(old_codes[i], new_codes[i]);
   if (mode == MasterWeights::none) {
     // The weights are the rounded copy: an update that rounded back to the
     // old value is gone. "Moved" compares the master with what forward read.
@@ -60,7 +71,7 @@ RefreshStats refresh_codes(Tensor& master, Tensor& model, DType d, MasterWeights
     before.to_f32(old_values.data());
     const float* m = std::as_const(master).f32_data();
     for (std::size_t i = 0; i < n; ++i)
-      st.lost += m[i] != old_values[i] && !value_changed(old_codes[i], new_codes[i], spec);
+      st.lost += m[i] != old_values[i] && !cmp.changed(old_codes[i], new_codes[i]);
     model.to_f32(master.f32_data());
   }
   return st;
