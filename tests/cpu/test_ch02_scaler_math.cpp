@@ -58,14 +58,13 @@ std::vector<ScaleUpdateStep> grad_scaler_sequence(const ScaleUpdateCase& c,
   o.backoff_factor = c.backoff;
   o.growth_interval = c.interval;
   mpt::GradScaler scaler(o);
-  mpt::Parameter p;
+  mpt::Parameter p("p", mpt::Tensor(mpt::DType::f32, {1, 2}));
   NullOptimizer opt({&p});
   std::vector<ScaleUpdateStep> out;
   for (bool overflow : flags) {
     const float scaled = scaler.scale(1.0f);
-    p.grad.resize(1, 2);
-    p.grad(0, 0) = scaled * 0.5f;
-    p.grad(0, 1) = overflow ? std::numeric_limits<float>::infinity() : scaled * 0.25f;
+    p.grad.f32()(0, 0) = scaled * 0.5f;
+    p.grad.f32()(0, 1) = overflow ? std::numeric_limits<float>::infinity() : scaled * 0.25f;
     scaler.step(opt);
     scaler.update();
     out.push_back({scaler.get_scale(), scaler.growth_tracker()});
