@@ -797,9 +797,9 @@ int main(int argc, char** argv) {
                      "\"overflow_probability\" and \"seed\"), \"rows\": [{\"step\", \"overflow\", "
                      "\"scale\", \"growth_tracker\", \"skipped\"}], \"skipped_steps\", \"final_scale\"}");
   simulate->add_option("--plot", scaler_args.plot,
-                       "also draw log2(scale) against the step, overflows marked, as an SVG at this "
-                       "path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
-                           " steps (runs gnuplot: apt-get install gnuplot-nox)")
+                       "also draw the scale against the step (log2 axis), overflows marked, as an SVG "
+                       "at this path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
+                           " steps (drawn by the library: same bytes on every machine)")
       ->type_name("FILE.svg");
 
   try {
