@@ -189,6 +189,15 @@ TEST_CASE("linear axes: x_max lands on the right edge, y_max on the top edge") {
   CHECK(yt.front().label == "0");
   CHECK(yt.back().label == "100");
   CHECK(yt.back().position == doctest::Approx(f.top).epsilon(0.001));
+  // Fractional ticks for a small range, unless the axis counts things.
+  c.y.max = 2;
+  std::vector<TickSeen> small = ticks_in(mpt::plot::to_svg(c), "y-ticks", false);
+  REQUIRE(small.size() == 5);
+  CHECK(small[1].label == "0.5");
+  c.y.whole_ticks = true;
+  small = ticks_in(mpt::plot::to_svg(c), "y-ticks", false);
+  REQUIRE(small.size() == 3);
+  CHECK(small[1].label == "1");
 }
 
 TEST_CASE("log2 axes: ticks at powers of two, labelled 2^k, evenly spaced") {

@@ -273,6 +273,7 @@ std::string render_svg(const RangeReport& r) {
   c.x.max_ticks = 17;
   c.x.label = "|x| (log2 scale, one bar per power of two)";
   c.y.label = "count";
+  c.y.whole_ticks = true;
   if (peak > 0) {
     c.y.min = 0;
     c.y.max = static_cast<double>(peak);

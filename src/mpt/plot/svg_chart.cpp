@@ -120,7 +120,7 @@ std::string linear_label(double v, int decimals) {
   return s;
 }
 
-std::vector<Tick> ticks_of(Scale scale, double lo, double hi, int max_ticks) {
+std::vector<Tick> ticks_of(Scale scale, double lo, double hi, int max_ticks, bool whole) {
   std::vector<Tick> ticks;
   if (scale == Scale::log2) {
     const double a = std::log2(lo), b = std::log2(hi);
@@ -144,6 +144,7 @@ std::vector<Tick> ticks_of(Scale scale, double lo, double hi, int max_ticks) {
       step = m * decade;
       break;
     }
+  if (whole) step = std::max(step, 1.0);
   const int decimals = std::max(0, -static_cast<int>(std::floor(std::log10(step) + 1e-9)));
   const long long first = static_cast<long long>(std::ceil(lo / step - 1e-9));
   const long long last = static_cast<long long>(std::floor(hi / step + 1e-9));
@@ -193,8 +194,8 @@ Layout layout_of(const Chart& c) {
   }
   std::tie(f.x_min, f.x_max) = resolve_range(c.x, xs);
   std::tie(f.y_min, f.y_max) = resolve_range(c.y, ys);
-  L.x_ticks = ticks_of(c.x.scale, f.x_min, f.x_max, c.x.max_ticks);
-  L.y_ticks = ticks_of(c.y.scale, f.y_min, f.y_max, c.y.max_ticks);
+  L.x_ticks = ticks_of(c.x.scale, f.x_min, f.x_max, c.x.max_ticks, c.x.whole_ticks);
+  L.y_ticks = ticks_of(c.y.scale, f.y_min, f.y_max, c.y.max_ticks, c.y.whole_ticks);
 
   // Top: title lines, then one row per rule label.
   L.title_lines = lines_of(c.title);

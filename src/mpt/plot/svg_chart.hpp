@@ -34,6 +34,7 @@ struct Axis {
   double max = 0;                ///< upper end of the range (used when min < max)
   bool grid = false;             ///< light grey lines across the plot at every tick
   int max_ticks = 10;            ///< at most this many ticks (at least 2)
+  bool whole_ticks = false;      ///< linear ticks at whole numbers only (counts)
 };
 
 /// How a series is drawn.
