@@ -60,7 +60,7 @@ struct Bar {
   double x0 = 0;      ///< left edge, x units
   double x1 = 0;      ///< right edge, x units (x0 <= x1)
   double height = 0;  ///< top, y units
-  std::string tip;    ///< tooltip (an SVG <title>); empty: none
+  std::string tip;    ///< tooltip (an SVG `<title>`); empty: none
 };
 
 /// A named set of data drawn one way in one colour; the legend shows one
@@ -93,8 +93,8 @@ struct Rule {
 struct Chart {
   double width = 760;               ///< SVG width, px
   double height = 360;              ///< SVG height, px
-  std::string title;                ///< heading at the top (also the <title>); '\n' starts a new line
-  std::string description;          ///< the <desc> element (not drawn); empty: none
+  std::string title;                ///< heading at the top (also the `<title>`); a newline starts a new line
+  std::string description;          ///< the `<desc>` element (not drawn); empty: none
   Axis x;                           ///< horizontal axis
   Axis y;                           ///< vertical axis
   std::vector<Series> series;       ///< drawn in order (later ones on top)
