@@ -20,7 +20,7 @@ JOBS=${JOBS:-$(nproc)}
 # Debian packages the build needs (CUDA is optional and not from Debian).
 # python3-sklearn is not installed: tools/fetch_digits.sh only extracts the
 # digits data file from its .deb.
-packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev gnuplot-nox)
+packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev)
 if [[ $what == test ]]; then
   # tests, benchmarks, the docs site (Doxygen, Graphviz), the notebooks'
   # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h)

@@ -122,7 +122,7 @@ int cmd_scaler_simulate(const ScalerArgs& a) {
   const mpt::ScalerSimulationSpec spec = scaler_spec(a);  // all input checked first
   const mpt::ScalerSimulation sim =
       invalid_argument_is_usage_error([&] { return mpt::simulate_scaler(spec); });
-  // An unwritable path is bad input (invalid_argument); a missing gnuplot is not.
+  // An unwritable path is bad input (invalid_argument).
   if (!a.plot.empty()) invalid_argument_is_usage_error([&] { mpt::write_plot_svg(sim, a.plot); });
   if (a.json) {
     std::cout << mpt::render_json(sim);
@@ -180,9 +180,9 @@ void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                      "\"overflow_probability\" and \"seed\"), \"rows\": [{\"step\", \"overflow\", "
                      "\"scale\", \"growth_tracker\", \"skipped\"}], \"skipped_steps\", \"final_scale\"}");
   simulate->add_option("--plot", a->plot,
-                       "also draw log2(scale) against the step, overflows marked, as an SVG at this "
-                       "path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
-                           " steps (runs gnuplot: apt-get install gnuplot-nox)")
+                       "also draw the scale against the step (log2 axis), overflows marked, as an SVG "
+                       "at this path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
+                           " steps (drawn by the library: same bytes on every machine)")
       ->type_name("FILE.svg");
   handlers.on(simulate, [a] { return cmd_scaler_simulate(*a); });
 }

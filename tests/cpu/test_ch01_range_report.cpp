@@ -15,8 +15,12 @@
 
 #include "mpt/formats/explain.hpp"
 #include "mpt/formats/range_report.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using mpt_test::count_of;
+using mpt_test::well_formed_xml;
 
 const mpt::Format& fmt(const char* name) { return mpt::format_named(name); }
 
@@ -32,69 +36,6 @@ std::vector<float> crafted_fp16_tensor() {
       65520.0f, 1e5f, -7e4f,                                      // overflow x3: 15, 16, 16
       inf, -inf, std::numeric_limits<float>::quiet_NaN(),         // nonfinite x3
   };
-}
-
-// A small XML well-formedness check: every tag closes in order, attributes
-// are quoted, no stray '<' or '&'. Enough to catch a broken renderer.
-bool well_formed_xml(const std::string& s, std::string& why) {
-  std::vector<std::string> stack;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    if (s[i] == '&') {
-      const std::size_t semi = s.find(';', i);
-      const std::string entity = s.substr(i, semi == std::string::npos ? 0 : semi - i + 1);
-      if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;") {
-        why = "bad entity at " + std::to_string(i);
-        return false;
-      }
-      i = semi + 1;
-      continue;
-    }
-    if (s[i] != '<') {
-      ++i;
-      continue;
-    }
-    const std::size_t close = s.find('>', i);
-    if (close == std::string::npos) {
-      why = "unterminated tag at " + std::to_string(i);
-      return false;
-    }
-    std::string tag = s.substr(i + 1, close - i - 1);
-    i = close + 1;
-    if (tag.find('<') != std::string::npos) {
-      why = "'<' inside a tag: " + tag;
-      return false;
-    }
-    std::size_t quotes = 0;
-    for (char c : tag) quotes += c == '"';
-    if (quotes % 2) {
-      why = "unbalanced quotes in <" + tag + ">";
-      return false;
-    }
-    if (!tag.empty() && tag[0] == '/') {
-      const std::string name = tag.substr(1);
-      if (stack.empty() || stack.back() != name) {
-        why = "</" + name + "> does not close " + (stack.empty() ? "anything" : "<" + stack.back() + ">");
-        return false;
-      }
-      stack.pop_back();
-    } else if (!tag.empty() && tag.back() == '/') {
-      // self-closing
-    } else {
-      stack.push_back(tag.substr(0, tag.find_first_of(" \n\t")));
-    }
-  }
-  if (!stack.empty()) {
-    why = "<" + stack.back() + "> never closed";
-    return false;
-  }
-  return true;
-}
-
-std::size_t count_of(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) ++n;
-  return n;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (src/mpt/scaler_sim.*).
-// Depends on: mpt/scaler_sim.hpp, mpt/grad_scaler.hpp. The plot case runs
-// gnuplot and is skipped where it is not installed.
+// Depends on: mpt/scaler_sim.hpp, mpt/grad_scaler.hpp, test_support.hpp (the
+// XML check). The plot is read back from its SVG: markers, staircase levels.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +17,7 @@
 
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_sim.hpp"
+#include "test_support.hpp"
 
 using mpt::ScalerSimulation;
 using mpt::ScalerSimulationSpec;
@@ -33,13 +34,61 @@ ScalerSimulationSpec spec(std::int64_t steps, std::vector<std::int64_t> at, std:
   return s;
 }
 
-bool gnuplot_available() { return std::system("gnuplot --version >/dev/null 2>&1") == 0; }
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The value of attribute `name` of the element starting at `at`.
+std::string attribute_at(const std::string& svg, std::size_t at, const std::string& name) {
+  const std::size_t end = svg.find('>', at);
+  const std::size_t a = svg.find(" " + name + "=\"", at);
+  REQUIRE_MESSAGE((a != std::string::npos && a < end), "no attribute " << name);
+  const std::size_t v = a + name.size() + 3;
+  return svg.substr(v, svg.find('"', v) - v);
+}
+
+// The first and last tick of an axis group ("x-ticks", "y-ticks"): the
+// label and the pixel position along the axis, to map pixels back to data.
+struct AxisMap {
+  double v0, p0, v1, p1;  // value and pixel of the first and the last tick
+  double value(double px) const { return v0 + (px - p0) / (p1 - p0) * (v1 - v0); }
+};
+AxisMap axis_map(const std::string& svg, const std::string& group, bool log2_labels) {
+  const std::size_t begin = svg.find("<g class=\"" + group + "\"");
+  REQUIRE(begin != std::string::npos);
+  const std::size_t end = svg.find("</g>", begin);
+  std::vector<std::pair<double, double>> ticks;
+  for (std::size_t p = svg.find("<line ", begin); p < end; p = svg.find("<line ", p + 1)) {
+    const double px = std::stod(attribute_at(svg, p, group == "x-ticks" ? "x1" : "y1"));
+    const std::size_t t = svg.find("\">", svg.find("<text ", p)) + 2;
+    std::string label = svg.substr(t, svg.find("</text>", t) - t);
+    if (log2_labels) {
+      REQUIRE(label.rfind("2^", 0) == 0);
+      label = label.substr(2);
+    }
+    ticks.push_back({std::stod(label), px});
+  }
+  REQUIRE(ticks.size() >= 2);
+  return {ticks.front().first, ticks.front().second, ticks.back().first, ticks.back().second};
+}
+
+struct XY {
+  double x, y;
+};
+
+// The points of the first <polyline> with this class.
+std::vector<XY> polyline(const std::string& svg, const std::string& cls) {
+  const std::size_t at = svg.find("<polyline class=\"" + cls + "\"");
+  REQUIRE(at != std::string::npos);
+  std::istringstream in(attribute_at(svg, at, "points"));
+  std::vector<XY> out;
+  XY p{};
+  char comma = 0;
+  while (in >> p.x >> comma >> p.y) out.push_back(p);
+  return out;
 }
 
 }  // namespace
@@ -188,25 +237,104 @@ TEST_CASE("render_json: the same rows, and numbers that read back to the same fl
   CHECK_FALSE(jp.contains("overflow_at"));
 }
 
-TEST_CASE("write_plot_svg: an SVG renamed into place, no temporary left, bad paths rejected") {
+TEST_CASE("render_plot_svg: one red dot per overflow, levels that change exactly where the scale did") {
+  // growth_interval 3 from 1024: overflows at 4, 5 and 11, growth at 3, 8 and 14.
+  const ScalerSimulation sim = mpt::simulate_scaler(spec(16, {4, 5, 11}));
+  const std::string svg = mpt::render_plot_svg(sim);
+  std::string why;
+  CHECK_MESSAGE(mpt_test::well_formed_xml(svg, why), why);
+  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"480\"", 0) == 0);
+  CHECK(svg.find("overflow: step skipped, scale backed off") != std::string::npos);  // the legend
+  CHECK(svg.find("16 steps; overflow at steps 4, 5, 11") != std::string::npos);       // the title
+  CHECK(svg == mpt::render_plot_svg(sim));  // byte-stable
+
+  const AxisMap xmap = axis_map(svg, "x-ticks", false);
+  const AxisMap ymap = axis_map(svg, "y-ticks", true);  // log2 axis: labels 2^k
+  CHECK(xmap.p1 > xmap.p0);  // later steps to the right
+  CHECK(ymap.p1 < ymap.p0);  // larger scales higher up (SVG y grows downwards)
+  auto step_of = [&](double px) { return static_cast<int>(std::lround(xmap.value(px))); };
+  auto log2_scale_of = [&](double py) { return ymap.value(py); };
+
+  // The dots: as many as overflowing steps, each at its step and at the
+  // scale that step ran with (the one before its backoff).
+  std::vector<int> dot_steps;
+  std::vector<double> dot_levels;
+  for (std::size_t p = svg.find("<circle class=\"overflow\""); p != std::string::npos;
+       p = svg.find("<circle class=\"overflow\"", p + 1)) {
+    dot_steps.push_back(step_of(std::stod(attribute_at(svg, p, "cx"))));
+    dot_levels.push_back(log2_scale_of(std::stod(attribute_at(svg, p, "cy"))));
+  }
+  CHECK(dot_steps == std::vector<int>{4, 5, 11});
+  REQUIRE(dot_levels.size() == 3);
+  CHECK(dot_levels[0] == doctest::Approx(11).epsilon(0.01));  // step 4 ran with 2048
+  CHECK(dot_levels[1] == doctest::Approx(10).epsilon(0.01));  // step 5 with 1024
+  CHECK(dot_levels[2] == doctest::Approx(10).epsilon(0.01));  // step 11 with 1024 (grown at 8)
+
+  // The staircase: horizontal then vertical segments; the vertical ones sit
+  // exactly at the steps whose update() changed the scale, and join the
+  // levels before and after.
+  const std::vector<XY> pts = polyline(svg, "scale");
+  REQUIRE(pts.size() >= 3);
+  std::vector<int> changes;
+  for (std::size_t i = 1; i < pts.size(); ++i) {
+    CAPTURE(i);
+    if (i % 2 == 1) {
+      CHECK(pts[i].y == pts[i - 1].y);
+    } else {
+      CHECK(pts[i].x == pts[i - 1].x);
+      if (pts[i].y != pts[i - 1].y) changes.push_back(step_of(pts[i].x));
+    }
+  }
+  std::vector<int> expected;
+  float prev = sim.spec.options.init_scale;
+  for (const auto& r : sim.rows) {
+    if (r.scale != prev) expected.push_back(static_cast<int>(r.step));
+    prev = r.scale;
+  }
+  CHECK(expected == std::vector<int>{3, 4, 5, 8, 11, 14});
+  CHECK(changes == expected);
+  CHECK(step_of(pts.front().x) == 0);
+  CHECK(step_of(pts.back().x) == 16);
+  CHECK(log2_scale_of(pts.front().y) == doctest::Approx(10).epsilon(0.01));  // init 1024
+  CHECK(log2_scale_of(pts.back().y) == doctest::Approx(std::log2(sim.rows.back().scale)).epsilon(0.01));
+}
+
+TEST_CASE("render_plot_svg: no overflow, too many steps, a scale that reaches 0") {
+  const std::string clean = mpt::render_plot_svg(mpt::simulate_scaler(spec(5, {})));
+  CHECK(clean.find("<circle class=\"overflow\"") == std::string::npos);
+  CHECK(clean.find("overflow: step skipped") == std::string::npos);  // no legend entry without overflows
+  CHECK(clean.find("no overflow") != std::string::npos);
+  ScalerSimulation big = mpt::simulate_scaler(spec(5, {}));
+  big.rows.resize(static_cast<std::size_t>(mpt::kMaxPlottedSteps) + 1, big.rows.back());
+  CHECK_THROWS_WITH_AS(mpt::render_plot_svg(big), doctest::Contains("too many steps to plot"),
+                       std::invalid_argument);
+  // No floor: 2^-149 backs off to 0, which a log2 axis cannot show.
+  const ScalerSimulation zero = mpt::simulate_scaler(spec(3, {1}, 3, std::ldexp(1.0f, -149)));
+  REQUIRE(zero.rows[0].scale == 0.0f);
+  const std::string svg = mpt::render_plot_svg(zero);
+  std::string why;
+  CHECK_MESSAGE(mpt_test::well_formed_xml(svg, why), why);
+  CHECK(svg.find("3 steps with scale 0 or inf not drawn") != std::string::npos);
+  CHECK(mpt_test::count_of(svg, "<circle class=\"overflow\"") == 1);
+}
+
+TEST_CASE("write_plot_svg: the rendered SVG renamed into place, no temporary left, bad paths rejected") {
   const ScalerSimulation sim = mpt::simulate_scaler(spec(30, {5, 6, 20}));
   const char* dir = std::getenv("TMPDIR");
   const std::string base = std::string(dir && *dir ? dir : "/tmp") + "/mpt_test_scaler_plot";
   const std::string path = base + ".svg";
   std::remove(path.c_str());
-  CHECK_THROWS_AS(mpt::write_plot_svg(sim, "/nonexistent-dir/x/plot.svg"), std::invalid_argument);
-  if (!gnuplot_available()) {
-    MESSAGE("gnuplot not installed: the SVG itself is not checked (apt-get install gnuplot-nox)");
-    CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, path), doctest::Contains("apt-get install gnuplot-nox"),
-                         std::runtime_error);
-    return;
-  }
+  const std::string bad = "/nonexistent-dir/x/plot.svg";
+  CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, bad), ("cannot write '" + bad + "': No such file or directory").c_str(),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(mpt::write_plot_svg(sim, ""), std::invalid_argument);
   mpt::write_plot_svg(sim, path);
-  const std::string svg = read_file(path);
-  CHECK(svg.find("<svg") != std::string::npos);
-  CHECK(svg.find("</svg>") != std::string::npos);
-  CHECK(svg.find("overflow") != std::string::npos);  // the legend of the overflow marks
+  CHECK(read_file(path) == mpt::render_plot_svg(sim));
   std::ifstream tmp(path + ".tmp");
   CHECK_FALSE(tmp.good());
+  // Written again over the old file: the whole new one.
+  const ScalerSimulation other = mpt::simulate_scaler(spec(12, {2}));
+  mpt::write_plot_svg(other, path);
+  CHECK(read_file(path) == mpt::render_plot_svg(other));
   std::remove(path.c_str());
 }

@@ -1,5 +1,6 @@
 // Chapters 01 onwards — small helpers shared by the CPU test suites: float
-// bit patterns, and the failure-message helpers of the pitfall tests.
+// bit patterns, an XML well-formedness check and a substring count (the SVG
+// tests), and the failure-message helpers of the pitfall tests.
 // Header-only (the CMake glob picks up test_ch*_*.cpp only). Depends on: the
 // standard library, doctest (for the shared pitfall assertions), mpt/pitfall.hpp.
 #pragma once
@@ -28,6 +29,71 @@ inline float from_bits(std::uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
   return x;
+}
+
+/// A small XML well-formedness check: every tag closes in order, attributes
+/// are quoted, no stray '<' or '&'. Enough to catch a broken SVG renderer;
+/// `why` says what was wrong.
+inline bool well_formed_xml(const std::string& s, std::string& why) {
+  std::vector<std::string> stack;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      const std::size_t semi = s.find(';', i);
+      const std::string entity = s.substr(i, semi == std::string::npos ? 0 : semi - i + 1);
+      if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;") {
+        why = "bad entity at " + std::to_string(i);
+        return false;
+      }
+      i = semi + 1;
+      continue;
+    }
+    if (s[i] != '<') {
+      ++i;
+      continue;
+    }
+    const std::size_t close = s.find('>', i);
+    if (close == std::string::npos) {
+      why = "unterminated tag at " + std::to_string(i);
+      return false;
+    }
+    std::string tag = s.substr(i + 1, close - i - 1);
+    i = close + 1;
+    if (tag.find('<') != std::string::npos) {
+      why = "'<' inside a tag: " + tag;
+      return false;
+    }
+    std::size_t quotes = 0;
+    for (char c : tag) quotes += c == '"';
+    if (quotes % 2) {
+      why = "unbalanced quotes in <" + tag + ">";
+      return false;
+    }
+    if (!tag.empty() && tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (stack.empty() || stack.back() != name) {
+        why = "</" + name + "> does not close " + (stack.empty() ? "anything" : "<" + stack.back() + ">");
+        return false;
+      }
+      stack.pop_back();
+    } else if (!tag.empty() && tag.back() == '/') {
+      // self-closing
+    } else {
+      stack.push_back(tag.substr(0, tag.find_first_of(" \n\t")));
+    }
+  }
+  if (!stack.empty()) {
+    why = "<" + stack.back() + "> never closed";
+    return false;
+  }
+  return true;
+}
+
+/// How often `needle` occurs in `haystack` (overlapping occurrences count).
+inline std::size_t count_of(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) ++n;
+  return n;
 }
 
 /// A pitfall's checks: each claim and whether it held.

@@ -1,14 +1,9 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation.
 // Depends on: scaler_sim.hpp, grad_scaler.hpp, the optim tier (Optimizer), explain.hpp
-// (shortest_decimal), nlohmann_json; POSIX (posix_spawnp) to run gnuplot.
+// (shortest_decimal), plot/svg_chart.hpp (the plot), nlohmann_json.
 #include "mpt/amp/scaler_sim.hpp"
 
 #include "mpt/core/random.hpp"
-
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,8 +19,7 @@
 #include <stdexcept>
 
 #include "mpt/formats/explain.hpp"
-
-extern char** environ;
+#include "mpt/plot/svg_chart.hpp"
 
 namespace mpt {
 
@@ -196,161 +190,128 @@ std::string render_json(const ScalerSimulation& sim) {
 }
 
 // ---------------------------------------------------------------------------
-// The plot.
+// The plot, drawn with the project's SVG chart writer (mpt::plot).
 
 namespace {
 
-// A temporary file removed when it goes out of scope.
-struct TempFile {
-  std::string path;
-  explicit TempFile(const char* stem) {
-    const char* dir = std::getenv("TMPDIR");
-    std::string pattern = std::string(dir && *dir ? dir : "/tmp") + "/" + stem + "-XXXXXX";
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    const int fd = ::mkstemp(buf.data());
-    if (fd < 0)
-      throw std::runtime_error("cannot create a temporary file in " + pattern.substr(0, pattern.rfind('/')) +
-                               ": " + std::strerror(errno));
-    ::close(fd);
-    path = buf.data();
-  }
-  ~TempFile() { std::remove(path.c_str()); }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-};
-
 bool bits_differ(float a, float b) { return std::memcmp(&a, &b, sizeof a) != 0; }
 
-// gnuplot's single-quoted strings take '' for a quote and nothing else.
-std::string gnuplot_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
-}
+// A scale that a log2 axis can show: no floor lets backoff reach 0.
+bool drawable(float scale) { return std::isfinite(scale) && scale > 0.0f; }
 
-std::string plot_script(const ScalerSimulation& sim, const std::string& output) {
-  std::int64_t overflows = 0;
-  for (const auto& r : sim.rows) overflows += r.overflow;
-  const bool mark_overflows = overflows > 0 && overflows <= kMaxPlottedOverflowMarks;
-  std::string title = options_line(sim.spec.options) + ": " + overflow_line(sim);
-  if (overflows > kMaxPlottedOverflowMarks)
-    title += " (too many to mark: " + std::to_string(overflows) + " overflows)";
-
-  std::ostringstream s;
-  s << "set terminal svg size 960,480 font 'sans,12' background rgb 'white'\n"
-    << "set output " << gnuplot_quoted(output) << "\n"
-    << "set title " << gnuplot_quoted(title) << " noenhanced\n"
-    << "set xlabel 'step'\n"
-    << "set ylabel 'log2(scale after update())' noenhanced\n"
-    << "set grid\n"
-    << "set offsets 0, 0, 0.5, 0.5\n"
-    << "set key outside bottom center horizontal noenhanced\n"
-    << "set datafile missing '?'\n";
-  // log2 of the scale; a scale of 0 (no floor) has none and is left out.
-  auto log2_of = [](float scale) {
-    if (!(scale > 0.0f)) return std::string("?");
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", std::log2(static_cast<double>(scale)));
-    return std::string(buf);
-  };
-  // Drawn "with steps", a point is needed only where the scale changes (and
-  // at both ends): the picture is the same and the file stays small.
-  s << "$scale << EOD\n";
-  for (std::size_t i = 0; i < sim.rows.size(); ++i) {
-    const auto& r = sim.rows[i];
-    const bool keep = i == 0 || i + 1 == sim.rows.size() ||
-                      bits_differ(r.scale, sim.rows[i - 1].scale);
-    if (keep) s << r.step << ' ' << log2_of(r.scale) << '\n';
-  }
-  s << "EOD\n";
-  if (mark_overflows) {
-    s << "$overflow << EOD\n";
-    for (const auto& r : sim.rows)
-      if (r.overflow) s << r.step << ' ' << log2_of(r.scale) << '\n';
-    s << "EOD\n";
-  }
-  s << "plot $scale using 1:2 with steps linewidth 2 linecolor rgb '#1f77b4' title 'log2(scale)'";
-  if (mark_overflows)
-    // A short vertical red bar through each overflow's backed-off scale:
-    // vectors are plain SVG paths, which every SVG viewer draws (gnuplot's
-    // point symbols are <use> elements some converters drop).
-    s << ", $overflow using 1:($2-0.4):(0):(0.8) with vectors nohead linewidth 3 linecolor rgb "
-         "'#d62728' title 'overflow: step skipped, scale backed off'";
-  s << "\n";
-  return s.str();
-}
-
-// The first line of a file, for an error message.
-std::string first_line_of(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto b = line.find_first_not_of(" \t");
-    if (b != std::string::npos) return line.substr(b);
-  }
-  return "";
-}
-
-void run_gnuplot(const std::string& script) {
-  TempFile script_file("mpt-gnuplot-script");
-  TempFile err_file("mpt-gnuplot-stderr");
-  {
-    std::ofstream os(script_file.path, std::ios::binary | std::ios::trunc);
-    os << script;
-    if (!os.flush())
-      throw std::runtime_error("cannot write the gnuplot script to " + script_file.path);
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, script_file.path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, err_file.path.c_str(), O_WRONLY | O_TRUNC, 0);
-  char arg0[] = "gnuplot";
-  char* argv[] = {arg0, nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc == ENOENT)
-    throw std::runtime_error(
-        "gnuplot is not installed (not found on PATH); install it with: apt-get install gnuplot-nox");
-  if (rc != 0) throw std::runtime_error(std::string("cannot run gnuplot: ") + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw std::runtime_error(std::string("waiting for gnuplot: ") + std::strerror(errno));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    const std::string why = first_line_of(err_file.path);
-    throw std::runtime_error("gnuplot failed" + (why.empty() ? std::string() : ": " + why));
-  }
+// `line` cut after the last ", " that keeps it within max_chars, with a note
+// of how many items the whole list had (titles must fit the picture).
+std::string shortened(const std::string& line, std::size_t max_chars, std::int64_t items) {
+  if (line.size() <= max_chars) return line;
+  const std::size_t cut = line.rfind(", ", max_chars - 20);
+  if (cut == std::string::npos) return line;
+  return line.substr(0, cut) + ", ... (" + std::to_string(items) + " in all)";
 }
 
 }  // namespace
 
-void write_plot_svg(const ScalerSimulation& sim, const std::string& path) {
+std::string render_plot_svg(const ScalerSimulation& sim) {
   if (static_cast<std::int64_t>(sim.rows.size()) > kMaxPlottedSteps)
     throw std::invalid_argument("too many steps to plot (" + std::to_string(sim.rows.size()) +
                                 "); plot at most " + std::to_string(kMaxPlottedSteps));
+  const float init = sim.spec.options.init_scale;
+  std::int64_t overflows = 0, undrawn = 0;
+  for (const auto& r : sim.rows) {
+    overflows += r.overflow;
+    undrawn += !drawable(r.scale);
+  }
+  const bool mark_overflows = overflows > 0 && overflows <= kMaxPlottedOverflowMarks;
+
+  plot::Chart c;
+  c.width = 960;
+  c.height = 480;
+  std::string second = shortened(overflow_line(sim), 110, overflows);
+  if (overflows > kMaxPlottedOverflowMarks)
+    second += " (too many to mark: " + std::to_string(overflows) + " overflows)";
+  if (undrawn > 0) second += "; " + std::to_string(undrawn) + " steps with scale 0 or inf not drawn";
+  c.title = options_line(sim.spec.options) + "\n" + second;
+  c.description = "The loss scale after each update() of a GradScaler simulation, log2 axis; red dots: "
+                  "overflowing steps, at the scale they ran with.";
+  c.x.label = "step";
+  c.x.min = 0;
+  c.x.max = static_cast<double>(sim.rows.size());
+  c.x.grid = true;
+  c.x.max_ticks = 11;  // 0, 2, ..., 20 for the chapter's 20 steps
+  c.y.label = "loss scale after update()";
+  c.y.scale = plot::Scale::log2;
+  c.y.grid = true;
+
+  // The staircase: step k runs with the scale the previous update() left
+  // (the initial one for step 1), and its own update() changes it at x = k.
+  // Only the changes are points, so the file stays small; a run of scales
+  // the log2 axis cannot show (0, inf) breaks the line.
+  std::vector<std::vector<plot::Point>> runs;
+  std::vector<plot::Point> marks;
+  double lo = std::log2(init), hi = lo;
+  float prev = init;
+  bool open = drawable(init);
+  if (open) runs.push_back({{0.0, init}});
+  for (const auto& r : sim.rows) {
+    const double k = static_cast<double>(r.step);
+    if (r.overflow && mark_overflows && drawable(prev)) marks.push_back({k, prev});
+    if (!bits_differ(r.scale, prev)) continue;
+    if (drawable(r.scale)) {
+      lo = std::min(lo, std::log2(static_cast<double>(r.scale)));
+      hi = std::max(hi, std::log2(static_cast<double>(r.scale)));
+      if (open)
+        runs.back().push_back({k, r.scale});
+      else
+        runs.push_back({{k, r.scale}});
+      open = true;
+    } else if (open) {
+      runs.back().push_back({k, prev});  // hold up to here, then no line
+      open = false;
+    }
+    prev = r.scale;
+  }
+  if (open) runs.back().push_back({c.x.max, prev});
+  c.y.min = std::exp2(std::floor(lo) - 0.5);
+  c.y.max = std::exp2(std::ceil(hi) + 0.5);
+
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    plot::Series s;
+    s.kind = plot::Kind::step;
+    s.name = i == 0 ? "loss scale" : "";
+    s.colour = "#1f77b4";
+    s.size = 2;
+    s.css_class = "scale";
+    s.points = std::move(runs[i]);
+    c.series.push_back(std::move(s));
+  }
+  if (overflows > 0) {
+    plot::Series s;
+    s.kind = plot::Kind::markers;
+    s.name = "overflow: step skipped, scale backed off";
+    s.colour = "#d62728";
+    s.size = 3.5;
+    s.css_class = "overflow";
+    s.points = std::move(marks);
+    c.series.push_back(std::move(s));
+  }
+  return plot::to_svg(c);
+}
+
+void write_plot_svg(const ScalerSimulation& sim, const std::string& path) {
   if (path.empty() || path.find_first_of("\n\r") != std::string::npos)
     throw std::invalid_argument("cannot write '" + path + "': not a usable file name");
+  const std::string svg = render_plot_svg(sim);
   const std::string tmp = path + ".tmp";
-  // Create the temporary file ourselves: gnuplot only warns when it cannot
-  // open its output, and the user deserves the reason.
   {
-    std::ofstream probe(tmp, std::ios::binary | std::ios::trunc);
-    if (!probe)
-      throw std::invalid_argument("cannot write '" + tmp + "': " + std::strerror(errno));
-  }
-  try {
-    run_gnuplot(plot_script(sim, tmp));
-    std::ifstream in(tmp, std::ios::binary);
-    std::string head(512, '\0');
-    in.read(&head[0], static_cast<std::streamsize>(head.size()));
-    head.resize(static_cast<std::size_t>(in.gcount()));
-    if (head.find("<svg") == std::string::npos)
-      throw std::runtime_error("gnuplot did not write an SVG to '" + tmp + "'");
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::invalid_argument("cannot write '" + path + "': " + std::strerror(errno));
+    out << svg;
+    out.flush();
+    if (!out) {
+      const std::string why = std::strerror(errno);
+      out.close();
+      std::remove(tmp.c_str());
+      throw std::runtime_error("writing '" + tmp + "' failed: " + why);
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);

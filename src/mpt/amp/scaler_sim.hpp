@@ -1,7 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (the sawtooth of a dynamic loss scale).
 // Depends on: grad_scaler.hpp, parameter.hpp; the .cpp also uses explain.hpp
-// (shortest_decimal), nlohmann_json, and runs gnuplot for the plot.
+// (shortest_decimal), nlohmann_json, and plot/svg_chart.hpp for the plot.
 #pragma once
 
 #include <cstdint>
@@ -75,14 +75,24 @@ std::string render_text(const ScalerSimulation& sim);
 /// with the table's columns; flags 0/1), "skipped_steps", "final_scale".
 std::string render_json(const ScalerSimulation& sim);
 
-/// Draw log2(scale) against the step, overflow steps marked, as an SVG at
-/// `path`, by running gnuplot with the script on its standard input. The
-/// picture is written to `path`.tmp and renamed into place, so `path` is
-/// either the old file or the whole new one.
-/// \throws std::invalid_argument if `path` cannot be written (with the
-///         reason) or the run has more than kMaxPlottedSteps steps.
-/// \throws std::runtime_error if gnuplot is missing ("apt-get install
-///         gnuplot-nox") or fails (its first error line).
+/// The loss scale against the step as an SVG document, drawn with
+/// mpt::plot::to_svg(): a step line on a log2 axis (ticks 2^k) that holds
+/// the scale each step ran with and changes level at x = k exactly where
+/// step k's update() changed it, and a red dot (class "overflow") at each
+/// overflowing step, at the scale that overflowed. Two title lines: the
+/// options and the overflow steps. Scales of 0 or inf (no floor, no cap)
+/// are left out (the title says how many). The same simulation gives the
+/// same bytes on every machine; nothing is run.
+/// \throws std::invalid_argument if the run has more than kMaxPlottedSteps steps.
+std::string render_plot_svg(const ScalerSimulation& sim);
+
+/// render_plot_svg() written to `path`: to `path`.tmp first, then renamed
+/// into place, so `path` is either the old file or the whole new one.
+/// \throws std::invalid_argument if `path` cannot be written (one line
+///         naming the path and the reason) or the run has more than
+///         kMaxPlottedSteps steps.
+/// \throws std::runtime_error if writing fails after the file was opened
+///         (e.g. a full disk); no temporary file is left.
 void write_plot_svg(const ScalerSimulation& sim, const std::string& path);
 
 }  // namespace mpt

@@ -1,6 +1,7 @@
 // Chapter 01 — floating-point formats and their limits.
 // Depends on: range_report.hpp, range_classify.hpp (classify, log2_bin: the
-// per-element math the CUDA reduction runs too), explain.hpp (printing).
+// per-element math the CUDA reduction runs too), explain.hpp (printing),
+// plot/svg_chart.hpp (the SVG histogram).
 #include "mpt/formats/range_report.hpp"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "mpt/formats/explain.hpp"
+#include "mpt/plot/svg_chart.hpp"
 
 namespace mpt {
 
@@ -40,26 +42,6 @@ std::string pad_left(const std::string& s, std::size_t width) {
 
 std::string pad_right(const std::string& s, std::size_t width) {
   return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
-}
-
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string fixed(double v, int decimals = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
 }
 
 // Table order: what survives first, then what is lost, then what was never
@@ -269,113 +251,67 @@ std::string render_svg(const RangeReport& r) {
   const Format& f = *r.format;
   const Landmarks m = landmarks_of(f.spec);
   const BinSpan span = r.display_span();
-  const std::vector<HistogramBin> bins = r.histogram();
   std::uint64_t peak = 0;
-  for (const HistogramBin& b : bins) peak = std::max(peak, b.count);
+  for (const HistogramBin& b : r.histogram()) peak = std::max(peak, b.count);
 
-  const double width = 760, height = 360;
-  const double left = 70, right = 20, top = 70, bottom = 70;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  const int nbins = span.hi - span.lo + 1;
-  const double bin_w = plot_w / nbins;
-  auto x_of = [&](double log2_value) { return left + (log2_value - span.lo) * bin_w; };
-
-  std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  o << "<title>log2|x| histogram against the " << xml_escape(f.name) << " range</title>\n";
-  o << "<desc>" << r.total() << " values:";
-  for (RangeClass c : kTableOrder) o << " " << class_label(c) << " " << r.count(c) << ";";
-  o << "</desc>\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << width << "\" height=\"" << height
-    << "\" fill=\"white\"/>\n";
-  o << "<text x=\"" << left << "\" y=\"14\" font-size=\"13\" font-weight=\"bold\">"
-    << r.total() << " values against " << xml_escape(f.name) << ": overflow "
-    << percent(r.fraction(RangeClass::overflow)) << ", flushed to zero "
-    << percent(r.fraction(RangeClass::flushed_to_zero)) << ", subnormal "
-    << percent(r.fraction(RangeClass::subnormal_result)) << "</text>\n";
-
-  // Bars.
-  o << "<g class=\"bars\">\n";
-  for (const HistogramBin& b : bins) {
-    const double h = peak ? plot_h * static_cast<double>(b.count) / static_cast<double>(peak) : 0;
-    o << "<rect class=\"bin\" x=\"" << fixed(x_of(b.log2_lo) + 0.5) << "\" y=\""
-      << fixed(top + plot_h - h) << "\" width=\"" << fixed(std::max(bin_w - 1.0, 0.5))
-      << "\" height=\"" << fixed(h) << "\" fill=\"" << region_colour(b.region) << "\"><title>2^"
-      << b.log2_lo << " &lt;= |x| &lt; 2^" << b.log2_lo + 1 << ": " << b.count << " ("
-      << bin_region_name(b.region) << ")</title></rect>\n";
+  const std::string name(f.name);
+  plot::Chart c;
+  c.width = 760;
+  c.height = 360;
+  c.title = std::to_string(r.total()) + " values against " + name + ": overflow " +
+            percent(r.fraction(RangeClass::overflow)) + ", flushed to zero " +
+            percent(r.fraction(RangeClass::flushed_to_zero)) + ", subnormal " +
+            percent(r.fraction(RangeClass::subnormal_result));
+  c.description = "log2|x| histogram against the " + name + " range. " + std::to_string(r.total()) + " values:";
+  for (RangeClass cls : kTableOrder)
+    c.description += std::string(" ") + class_label(cls) + " " + std::to_string(r.count(cls)) + ";";
+  // One bar per power of two: bin k spans [2^k, 2^(k+1)) on a log2 axis,
+  // ticked as the old hand-drawn one was (at most 16 bins between ticks).
+  c.x.scale = plot::Scale::log2;
+  c.x.min = std::ldexp(1.0, span.lo);
+  c.x.max = std::ldexp(1.0, span.hi + 1);
+  c.x.max_ticks = 17;
+  c.x.label = "|x| (log2 scale, one bar per power of two)";
+  c.y.label = "count";
+  c.y.whole_ticks = true;
+  if (peak > 0) {
+    c.y.min = 0;
+    c.y.max = static_cast<double>(peak);
   }
-  o << "</g>\n";
 
-  // Axes: a tick every `step` bins, step from 1, 2, 5, 10, 20, ...
-  int step = 1;
-  for (int s : {1, 2, 5, 10, 20, 50, 100}) {
-    step = s;
-    if (nbins / s <= 16) break;
+  // One series per region, so each has its colour and legend entry.
+  const BinRegion regions[] = {BinRegion::below_min_subnormal, BinRegion::subnormal, BinRegion::normal,
+                               BinRegion::above_max};
+  for (BinRegion reg : regions) {
+    plot::Series s;
+    s.kind = plot::Kind::bars;
+    s.name = std::string(bin_region_name(reg));
+    s.colour = region_colour(reg);
+    s.css_class = "bin";
+    for (const HistogramBin& b : r.histogram()) {
+      if (b.region != reg) continue;
+      s.bars.push_back({std::ldexp(1.0, b.log2_lo), std::ldexp(1.0, b.log2_lo + 1), static_cast<double>(b.count),
+                        "2^" + std::to_string(b.log2_lo) + " <= |x| < 2^" + std::to_string(b.log2_lo + 1) + ": " +
+                            std::to_string(b.count) + " (" + std::string(bin_region_name(b.region)) + ")"});
+    }
+    c.series.push_back(std::move(s));
   }
-  o << "<g class=\"axes\" stroke=\"black\">\n";
-  o << "<line x1=\"" << left << "\" y1=\"" << top + plot_h << "\" x2=\"" << left + plot_w
-    << "\" y2=\"" << top + plot_h << "\"/>\n";
-  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-    << top + plot_h << "\"/>\n";
-  o << "</g>\n<g class=\"ticks\" text-anchor=\"middle\">\n";
-  for (int k = span.lo; k <= span.hi + 1; ++k) {
-    if (((k % step) + step) % step != 0) continue;
-    o << "<line x1=\"" << fixed(x_of(k)) << "\" y1=\"" << top + plot_h << "\" x2=\""
-      << fixed(x_of(k)) << "\" y2=\"" << top + plot_h + 4 << "\" stroke=\"black\"/>"
-      << "<text x=\"" << fixed(x_of(k)) << "\" y=\"" << top + plot_h + 16 << "\">2^" << k
-      << "</text>\n";
-  }
-  o << "</g>\n";
-  o << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h + 34
-    << "\" text-anchor=\"middle\">|x| (log2 scale, one bar per power of two)</text>\n";
-  o << "<text x=\"" << left - 8 << "\" y=\"" << top + 4 << "\" text-anchor=\"end\">" << peak
-    << "</text>\n<text x=\"" << left - 8 << "\" y=\"" << top + plot_h
-    << "\" text-anchor=\"end\">0</text>\n";
-  o << "<text x=\"14\" y=\"" << top + plot_h / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + plot_h / 2 << ")\">count</text>\n";
 
-  // The three landmarks, as vertical lines at their exact log2 positions
-  // (max sits inside its bin). A landmark beyond the span is pinned to the
-  // edge, dashed, and labelled "off scale".
-  struct Marker { const char* cls; std::string label; double log2_value; };
+  // The three landmarks, as vertical lines at their exact positions (max
+  // sits inside its bin). A landmark beyond the span is pinned to the edge,
+  // dashed, and labelled "off scale".
+  struct Marker { const char* cls; std::string label; double value; };
   const Marker markers[] = {
-      {"min-subnormal", "min subnormal " + power_of_two_or_decimal(m.min_subnormal),
-       static_cast<double>(m.subnormal_bin)},
-      {"min-normal", "min normal " + power_of_two_or_decimal(m.min_normal),
-       static_cast<double>(m.normal_bin)},
-      {"max", "max " + shortest_decimal(static_cast<float>(m.max)), std::log2(m.max)},
+      {"min-subnormal", "min subnormal " + power_of_two_or_decimal(m.min_subnormal), m.min_subnormal},
+      {"min-normal", "min normal " + power_of_two_or_decimal(m.min_normal), m.min_normal},
+      {"max", "max " + shortest_decimal(static_cast<float>(m.max)), m.max},
   };
-  o << "<g class=\"markers\">\n";
-  for (int i = 0; i < 3; ++i) {
-    const Marker& mk = markers[i];
-    const double lo = span.lo, hi = span.hi + 1;
-    const bool off = mk.log2_value < lo || mk.log2_value > hi;
-    const double x = x_of(std::clamp(mk.log2_value, lo, hi));
-    const double label_y = 30 + 13 * i;
-    o << "<line class=\"marker " << mk.cls << "\" x1=\"" << fixed(x) << "\" y1=\"" << label_y + 3
-      << "\" x2=\"" << fixed(x) << "\" y2=\"" << top + plot_h << "\" stroke=\"#cc0000\" stroke-width=\"1.5\""
-      << (off ? " stroke-dasharray=\"4 3\"" : "") << "/>\n";
-    const bool right_half = x > left + plot_w / 2;
-    o << "<text class=\"marker-label " << mk.cls << "\" x=\"" << fixed(x + (right_half ? -4 : 4))
-      << "\" y=\"" << label_y << "\" text-anchor=\"" << (right_half ? "end" : "start")
-      << "\" fill=\"#cc0000\">" << xml_escape(mk.label) << (off ? " (off scale)" : "")
-      << "</text>\n";
+  for (const Marker& mk : markers) {
+    const bool off = mk.value < c.x.min || mk.value > c.x.max;
+    c.rules.push_back({std::clamp(mk.value, c.x.min, c.x.max), mk.label + (off ? " (off scale)" : ""), "#cc0000",
+                       off, std::string("marker ") + mk.cls});
   }
-  o << "</g>\n";
-
-  // Legend.
-  o << "<g class=\"legend\">\n";
-  double lx = left;
-  for (BinRegion reg : {BinRegion::below_min_subnormal, BinRegion::subnormal, BinRegion::normal,
-                        BinRegion::above_max}) {
-    o << "<rect x=\"" << lx << "\" y=\"" << height - 18 << "\" width=\"10\" height=\"10\" fill=\""
-      << region_colour(reg) << "\"/><text x=\"" << lx + 14 << "\" y=\"" << height - 9 << "\">"
-      << bin_region_name(reg) << "</text>\n";
-    lx += 150;
-  }
-  o << "</g>\n</svg>\n";
-  return o.str();
+  return plot::to_svg(c);
 }
 
 }  // namespace mpt

@@ -1,7 +1,7 @@
 // Chapter 01 — floating-point formats and their limits.
 // Depends on: format.hpp, range_classify.hpp (the per-element classification
 // and log2 binning shared with the CUDA reduction in kernels/); the .cpp
-// borrows explain.hpp's number printing.
+// borrows explain.hpp's number printing and draws with plot/svg_chart.hpp.
 //
 // A range report answers "what happens to this tensor if I store it in format
 // F?": how many values overflow, become subnormal, flush to zero, survive
@@ -95,10 +95,11 @@ RangeReport range_report_from_counts(const RangeCounts& counts, const Format& f)
 /// lines drawn between the bins. `bar_width` is the longest bar in characters.
 std::string render_text(const RangeReport& r, int bar_width = 40);
 
-/// A self-contained SVG document (no scripts, no external resources): the
-/// log2 histogram as bars coloured by region, with vertical lines at the
-/// format's min subnormal, min normal and max (elements with class
-/// "marker min-subnormal", "marker min-normal", "marker max").
+/// A self-contained SVG document (no scripts, no external resources), drawn
+/// with mpt::plot::to_svg(): the log2 histogram as bars (class "bin")
+/// coloured by region, with vertical lines at the format's min subnormal,
+/// min normal and max (elements with class "marker min-subnormal",
+/// "marker min-normal", "marker max"). The same report gives the same bytes.
 std::string render_svg(const RangeReport& r);
 
 }  // namespace mpt
