@@ -17,8 +17,11 @@ DType Policy::parameter_dtype(std::string_view op, std::string_view path) const 
 
 std::string UniformPolicy::describe() const { return "uniform " + std::string(dtype_name(dtype_)); }
 
-OpPrecision UniformPolicy::decide_op(const OpInfo& op, const OpQuery&) const {
-  return {dtype_, DType::f32, op.kind == OpKind::loss ? DType::f32 : dtype_};
+OpPrecision UniformPolicy::decide_op(const OpInfo& op, const OpQuery& q) const {
+  // A loss reads its input as it arrives (it widens to FP32 inside, so a
+  // cast to d first could only lose bits) and returns the loss in FP32.
+  if (op.kind == OpKind::loss) return {q.inputs.empty() ? dtype_ : q.inputs.front(), DType::f32, DType::f32};
+  return {dtype_, DType::f32, dtype_};
 }
 
 DType UniformPolicy::parameter_dtype_of(const OpInfo&, std::string_view) const { return dtype_; }

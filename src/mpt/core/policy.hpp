@@ -65,8 +65,9 @@ class Policy {
 
 /// Chapter 2's policy: one dtype `d` for everything stored — activations,
 /// their gradients, parameters' model copies (a model converted with
-/// `.half()`, or Apex O2 without its exceptions) — and FP32 compute. The
-/// loss is computed and returned in FP32, as in the chapter's runs.
+/// `.half()`, or Apex O2 without its exceptions) — and FP32 compute. A loss
+/// reads its input as it arrives, computes in FP32 and returns the loss in
+/// FP32, as in the chapter's runs.
 class UniformPolicy final : public Policy {
  public:
   /// Everything stored in d.
@@ -77,7 +78,7 @@ class UniformPolicy final : public Policy {
   std::string describe() const override;
 
  protected:
-  /// {d, f32, d}; a loss: {d, f32, f32}.
+  /// {d, f32, d}; a loss: {its input's dtype, f32, f32}.
   OpPrecision decide_op(const OpInfo& op, const OpQuery& q) const override;
   /// d.
   DType parameter_dtype_of(const OpInfo& op, std::string_view path) const override;

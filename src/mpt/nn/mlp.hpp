@@ -18,6 +18,7 @@
 
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
+#include "mpt/core/trace.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
@@ -109,5 +110,11 @@ class Mlp final : public Sequential {
   Tensor logits_;
   bool have_forward_ = false;
 };
+
+/// One training step's forward, cross-entropy loss and (unless
+/// forward_only) backward of `net` on (x, labels), recorded: a Trace of
+/// every op and every cast, in the order they ran, with the net's policy.
+/// The gradients are added into the parameters' grads as in any step.
+Trace trace_step(Mlp& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only = false);
 
 }  // namespace mpt

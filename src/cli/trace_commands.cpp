@@ -1,0 +1,209 @@
+// Chapter 02 — `mpt trace`: where each value of a chapter's model is stored
+// in which dtype, from the precision trace of one training step.
+// Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
+// and the mpt library's nn tier (Mlp, trace_step), core tier (DType,
+// policies, the trace and its renderings, Rng).
+//
+// The model runs one forward, cross-entropy loss and backward on a seeded
+// batch with a Trace attached; every line printed comes from that trace or
+// from the model's parameters, nothing is computed here.
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_support.hpp"
+#include "command.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/core/random.hpp"
+#include "mpt/core/trace.hpp"
+#include "mpt/nn/mlp.hpp"
+
+namespace {
+
+using mpt::cli::UsageError;
+using mpt::cli::joined;
+
+/// The models `mpt trace` knows (later chapters add theirs).
+const std::vector<std::string> kModels = {"mlp"};
+/// The activations of the Chapter 2 MLP, by the names --activation takes.
+const std::vector<std::string> kActivations = {"relu", "gelu", "gelu_tanh"};
+
+struct TraceArgs {
+  std::string model = "mlp";
+  std::string sizes = "8,32,32,4";
+  std::string batch = "4";
+  std::string dtype = "f16";
+  std::string keep_f32;
+  std::string activation = "relu";
+  std::string seed = "1";
+  bool forward_only = false;
+  bool json = false;
+  std::string dot;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, ',')) items.push_back(item);
+  if (!text.empty() && text.back() == ',') items.push_back("");
+  return items;
+}
+
+std::vector<int> parse_sizes(const std::string& text) {
+  std::vector<int> sizes;
+  for (const std::string& item : split_commas(text)) {
+    long long v = 0;
+    if (!mpt::cli::parse_integer(item, 1, 65536, v))
+      throw UsageError("--sizes: '" + item + "' is not a layer size; give whole numbers from 1 to 65536 "
+                       "separated by commas, inputs first, e.g. --sizes 8,32,32,4");
+    sizes.push_back(static_cast<int>(v));
+  }
+  if (sizes.size() < 2)
+    throw UsageError("--sizes: '" + text + "' names " + std::to_string(sizes.size()) +
+                     " size(s); give at least the inputs and the outputs, e.g. --sizes 8,32,32,4");
+  return sizes;
+}
+
+mpt::Activation activation_named(const std::string& name) {
+  if (name == "relu") return mpt::Activation::relu;
+  if (name == "gelu") return mpt::Activation::gelu;
+  if (name == "gelu_tanh") return mpt::Activation::gelu_tanh;
+  throw UsageError("--activation: unknown activation '" + name + "'; valid: " + joined(kActivations));
+}
+
+/// The model of the arguments, with every option checked before it runs.
+struct Setup {
+  mpt::MlpConfig config;
+  std::int64_t batch = 0;
+  std::uint64_t seed = 0;
+};
+
+Setup setup_of(const TraceArgs& a) {
+  bool known = false;
+  for (const std::string& m : kModels) known = known || m == a.model;
+  if (!known) throw UsageError("--model: unknown model '" + a.model + "'; valid models: " + joined(kModels));
+  Setup s;
+  s.config.sizes = parse_sizes(a.sizes);
+  s.config.activation = activation_named(a.activation);
+  try {
+    s.config.dtype = mpt::dtype_named(a.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--dtype: ") + e.what());
+  }
+  long long v = 0;
+  if (!mpt::cli::parse_integer(a.batch, 1, 4096, v))
+    throw UsageError("--batch: '" + a.batch + "' is not a batch size; give a whole number from 1 to 4096");
+  s.batch = v;
+  if (!mpt::cli::parse_integer(a.seed, 0, std::numeric_limits<long long>::max(), v))
+    throw UsageError("--seed: '" + a.seed + "' is not a seed; give a whole number from 0");
+  s.seed = static_cast<std::uint64_t>(v);
+  s.config.seed = s.seed;
+  if (!a.keep_f32.empty()) {
+    // The paths must be layers of this model: build it once to ask.
+    const mpt::Mlp probe(s.config);
+    std::vector<std::string> valid;
+    for (const std::string& p : const_cast<mpt::Mlp&>(probe).paths()) valid.push_back(p);
+    const std::vector<std::string> keep = split_commas(a.keep_f32);
+    for (const std::string& p : keep) {
+      bool found = false;
+      for (const std::string& q : valid) found = found || q == p;
+      if (!found)
+        throw UsageError("--keep-f32: '" + p + "' is not a layer of this model; valid layers: " + joined(valid));
+    }
+    s.config.policy = std::make_shared<mpt::KeepF32Policy>(mpt::uniform_policy(s.config.dtype), keep);
+  }
+  return s;
+}
+
+std::string sizes_text(const std::vector<int>& sizes) {
+  std::string s;
+  for (int v : sizes) s += (s.empty() ? "" : "-") + std::to_string(v);
+  return s;
+}
+
+int cmd_trace(const TraceArgs& a) {
+  const Setup s = setup_of(a);  // every option checked before anything runs
+  mpt::Mlp net(s.config);
+  // A seeded batch: standard-normal inputs, labels uniform over the outputs.
+  mpt::Rng rng(s.seed);
+  mpt::MatrixF x(s.batch, s.config.sizes.front());
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
+  std::vector<int> labels(static_cast<std::size_t>(s.batch));
+  for (int& y : labels) y = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.config.sizes.back())));
+  const mpt::Trace trace = mpt::trace_step(net, x, labels, a.forward_only);
+  const std::string policy = net.context().policy().describe();
+  const std::string title = "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + "), batch " +
+                            std::to_string(s.batch) + ", policy: " + policy;
+  if (!a.dot.empty()) mpt::cli::write_atomically(a.dot, mpt::render_dot(trace, title));
+
+  if (a.json) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(mpt::render_json(trace));
+    nlohmann::ordered_json params = nlohmann::ordered_json::array();
+    for (const mpt::Parameter* p : net.parameters())
+      params.push_back({{"name", p->name},
+                        {"shape", p->master.shape()},
+                        {"model_dtype", mpt::dtype_name(p->model_dtype())},
+                        {"model_bytes", p->model_bytes()},
+                        {"master_bytes", p->master.bytes()},
+                        {"grad_bytes", p->grad.bytes()}});
+    nlohmann::ordered_json out = {{"model", title},
+                                  {"policy", policy},
+                                  {"trace", j},
+                                  {"parameters", params},
+                                  {"activation_bytes", net.activation_bytes()}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "mpt trace: " << title << "\n\n" << mpt::render_text(trace);
+  std::vector<std::vector<std::string>> rows = {{"parameter", "shape", "model copy", "bytes", "master", "grad"}};
+  for (const mpt::Parameter* p : net.parameters())
+    rows.push_back({p->name, mpt::shape_string(p->master.shape()),
+                    std::string(mpt::dtype_name(p->model_dtype())) +
+                        (p->model_dtype() == mpt::DType::f32 ? " (the master)" : ""),
+                    std::to_string(p->model_bytes()), "f32 " + std::to_string(p->master.bytes()),
+                    "f32 " + std::to_string(p->grad.bytes())});
+  std::cout << "\n" << mpt::cli::table(rows, "lllrrr");
+  std::cout << "\nactivations kept for backward: " << net.activation_bytes() << " bytes\n";
+  if (!a.dot.empty()) std::cout << "graph written to " << a.dot << " (render: dot -Tsvg " << a.dot << ")\n";
+  return 0;
+}
+
+void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
+  auto a = std::make_shared<TraceArgs>();
+  auto* trace = app.add_subcommand(
+      "trace",
+      "Show where each value of a chapter's model is stored in which dtype: one training step "
+      "(forward, cross-entropy loss, backward) on a seeded batch with the precision trace on, one line "
+      "per op and per cast at an op boundary (what it read, the dtype it computed in, what it wrote and "
+      "how many bytes), then every parameter's model copy, master and gradient.");
+  trace->add_option("--model", a->model, "the model: " + joined(kModels))->capture_default_str();
+  trace->add_option("--sizes", a->sizes, "the MLP's layer sizes, inputs first")->capture_default_str()->type_name("LIST");
+  trace->add_option("--activation", a->activation, "between the Linear layers: " + joined(kActivations))
+      ->capture_default_str();
+  trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())->capture_default_str();
+  trace->add_option("--keep-f32", a->keep_f32,
+                    "layers kept in f32 inside the uniform policy (KeepF32Policy), by path, e.g. fc3 or fc1,fc3")
+      ->type_name("PATHS");
+  trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")->capture_default_str()->type_name("N");
+  trace->add_option("--seed", a->seed, "seed of the weights and the batch")->capture_default_str()->type_name("N");
+  trace->add_flag("--forward-only", a->forward_only, "trace the forward pass and the loss only");
+  trace->add_flag("--json", a->json,
+                  "the same as JSON: {\"model\", \"policy\", \"trace\": {\"entries\": [{\"phase\", \"path\", "
+                  "\"op\", \"inputs\", \"compute\", \"outputs\", \"bytes_written\"}], \"casts\", "
+                  "\"cast_bytes\"}, \"parameters\", \"activation_bytes\"}");
+  trace->add_option("--dot", a->dot, "also write the trace as a Graphviz graph to this file (written atomically)")
+      ->type_name("FILE.dot");
+  handlers.on(trace, [a] { return cmd_trace(*a); });
+}
+
+// Chapter 2's second family: after `scaler`.
+const mpt::cli::Registration registered{{2, 2}, "trace", add_trace_commands};
+
+}  // namespace
