@@ -36,19 +36,23 @@ namespace {
 // from the bits alone so that the loop over every weight stays cheap.
 template <typename Code>
 struct CodeCompare {
-  Code magnitude, exponent, fraction;
+  unsigned magnitude, exponent, fraction;
   bool ieee;
   explicit CodeCompare(const FormatSpec& spec)
-      : magnitude(static_cast<Code>((1u << (spec.exponent_bits + spec.mantissa_bits)) - 1u)),
-        exponent(static_cast<Code>(((1u << spec.exponent_bits) - 1u) << spec.mantissa_bits)),
-        fraction(static_cast<Code>((1u << spec.mantissa_bits) - 1u)),
+      : magnitude((1u << (spec.exponent_bits + spec.mantissa_bits)) - 1u),
+        exponent(((1u << spec.exponent_bits) - 1u) << spec.mantissa_bits),
+        fraction((1u << spec.mantissa_bits) - 1u),
         ieee(spec.special == SpecialEncoding::ieee) {}
-  bool is_nan(Code c) const {
-    return ieee ? (c & exponent) == exponent && (c & fraction) != 0 : (c & magnitude) == magnitude;
+  unsigned is_nan(unsigned c) const {
+    return ieee ? static_cast<unsigned>((c & exponent) == exponent) & static_cast<unsigned>((c & fraction) != 0)
+                : static_cast<unsigned>((c & magnitude) == magnitude);
   }
-  bool changed(Code before, Code after) const {
-    if (before != after) return ((before | after) & magnitude) != 0;
-    return is_nan(before);
+  /// 1 when the value changed: different codes that are not both zeros, or
+  /// a NaN kept. Branch-free, so the loop over the weights vectorizes.
+  unsigned changed(Code before, Code after) const {
+    const unsigned b = before, a = after;
+    const unsigned differ = b != a, nonzero = ((b | a) & magnitude) != 0;
+    return (differ & nonzero) | ((differ ^ 1u) & is_nan(b));
   }
 };
 
