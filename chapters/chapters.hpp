@@ -1,8 +1,8 @@
 // All chapters — the registration functions that fill the pitfall registry.
 // Depends on: mpt/pitfall.hpp.
 //
-// Each chapter folder defines one function here; chapters/registry.cpp calls
-// them in chapter order. Registration is explicit because a static library
+// Each chapter folder defines one function here (in NN-topic/pitfalls/
+// register.cpp); chapters/registry.cpp calls them in chapter order. Registration is explicit because a static library
 // drops object files nobody references, taking self-registering statics
 // with them.
 #pragma once

@@ -3,7 +3,7 @@
 // Depends on: the Chapter 2 training stack (mlp.hpp, layers.hpp, optim.hpp,
 // grad_scaler.hpp, data.hpp), Chapter 1 (format.hpp, rounding.hpp,
 // explain.hpp, range_report.hpp for the paper figure), and training.hpp (the
-// runs shared with pitfalls.cpp).
+// runs shared with the pitfalls, pitfalls/*.cpp).
 //
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
@@ -35,6 +35,7 @@
 namespace {
 
 using namespace mpt;
+using namespace mpt::ch02;  // training.hpp
 
 const Format& fp16() { return format_named("fp16"); }
 std::string dec(double x) { return shortest_decimal(static_cast<float>(x)); }

@@ -1,5 +1,6 @@
-// Chapter 02 — loss scaling and FP32 master weights: what the chapter's two
-// programs share (pitfalls.cpp and numbers.cpp; nothing outside this folder).
+// Chapter 02 — loss scaling and FP32 master weights: what the chapter's
+// programs share (the pitfalls, pitfalls/*.cpp, and numbers.cpp; nothing
+// outside this folder).
 // Depends on: the Chapter 2 training stack (mpt/data.hpp, layers.hpp, mlp.hpp,
 // optim.hpp).
 //
@@ -7,8 +8,9 @@
 // classification set, and the tiny-target regression
 // run that the pitfall no-loss-scaling trains and that numbers.cpp's paper
 // figure collects its activation gradients from: one definition, so the
-// figure shows the gradients of exactly the run the pitfall compares with. Everything is in an
-// unnamed namespace: private to each program that includes it.
+// figure shows the gradients of exactly the run the pitfall compares with. Everything is
+// inline in namespace mpt::ch02, so the pitfalls' files share one copy (one
+// blobs() and one tiny_targets() per process).
 #pragma once
 
 #include <cstdint>
@@ -21,15 +23,16 @@
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
 
-namespace mpt {
-namespace {
+namespace mpt::ch02 {
 
 /// Mini-batches drawn from a fresh seeded permutation each epoch, so every
 /// run with the same seed sees the same batches in the same order.
 class Batches {
  public:
+  /// Batches of `batch` rows of `d` (which must outlive them), shuffled from `seed`.
   Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed)
       : data_(&d), batch_(batch), seed_(seed) {}
+  /// The next batch; a new epoch (a new permutation) when this one is used up.
   Dataset next() {
     if (order_.empty() || pos_ + batch_ > data_->size()) {
       order_ = shuffled_indices(data_->size(), seed_ + epoch_++);
@@ -46,8 +49,11 @@ class Batches {
   std::uint64_t seed_, epoch_ = 0;
   std::vector<Eigen::Index> order_;
 };
-constexpr std::uint64_t kBatchSeed = 1234;
+/// The batch order's seed, the same in every run.
+inline constexpr std::uint64_t kBatchSeed = 1234;
 
+/// An MLP configuration: layer sizes, the precision of its activations and
+/// gradients, and the seed of its initial weights.
 inline MlpConfig mlp_config(std::vector<int> sizes, DType p, std::uint64_t seed) {
   MlpConfig c;
   c.sizes = std::move(sizes);
@@ -82,6 +88,7 @@ RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches, Inspect insp
   opt.step();
   return net.refresh_model_copies();
 }
+/// The same step with nothing to inspect.
 inline RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches) {
   return plain_step(net, opt, batches, [] {});
 }
@@ -101,9 +108,9 @@ void scaled_backward(Mlp& net, Optimizer& opt, Batches& batches, Scaler& scaler)
 
 // --- the tiny-target run ----------------------------------------------------
 
-constexpr int kTinyTargetSteps = 200;
-constexpr Eigen::Index kTinyTargetBatch = 128;
-constexpr double kTinyTargetLr = 3e-4;
+inline constexpr int kTinyTargetSteps = 200;            ///< optimizer steps of a tiny-target run
+inline constexpr Eigen::Index kTinyTargetBatch = 128;  ///< its batch size
+inline constexpr double kTinyTargetLr = 3e-4;          ///< its AdamW learning rate
 
 /// The regression built for gradient underflow (data.hpp): targets of size
 /// 1e-3 from a random teacher network, 512 samples.
@@ -131,9 +138,10 @@ inline AdamW tiny_target_adam(Mlp& net) {
 }
 /// The network, optimizer and batches of one tiny-target run.
 struct TinyTargetRun {
-  Mlp net;
-  AdamW opt;
-  Batches batches;
+  Mlp net;          ///< tiny_target_net(p)
+  AdamW opt;        ///< tiny_target_adam(net)
+  Batches batches;  ///< batches of kTinyTargetBatch from tiny_targets()
+  /// A fresh run in precision `p`.
   explicit TinyTargetRun(DType p)
       : net(tiny_target_net(p)), opt(tiny_target_adam(net)), batches(tiny_targets(), kTinyTargetBatch, kBatchSeed) {}
 };
@@ -149,8 +157,7 @@ inline const Split& blobs() {
   }();
   return s;
 }
-const std::vector<int> kBlobsNet = {8, 32, 32, 4};
-constexpr std::uint64_t kBlobsSeed = 7;
+inline const std::vector<int> kBlobsNet = {8, 32, 32, 4};  ///< the blobs classifier's layer sizes
+inline constexpr std::uint64_t kBlobsSeed = 7;             ///< its initial weights' seed
 
-}  // namespace
-}  // namespace mpt
+}  // namespace mpt::ch02
