@@ -23,8 +23,10 @@ JOBS=${JOBS:-$(nproc)}
 packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev)
 if [[ $what == test ]]; then
   # tests, benchmarks, the docs site (Doxygen, Graphviz), the notebooks'
-  # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h)
-  packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz)
+  # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h),
+  # the lint test (clang-format, clang-tidy)
+  packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz
+             clang-format clang-tidy)
 fi
 
 missing=()

@@ -2,9 +2,8 @@
 // Depends on: mpt/pitfall.hpp.
 //
 // Each chapter folder defines one function here (in NN-topic/pitfalls/
-// register.cpp); chapters/registry.cpp calls them in chapter order. Registration is explicit because a static library
-// drops object files nobody references, taking self-registering statics
-// with them.
+// register.cpp); chapters/registry.cpp calls them in chapter order. Registration is explicit because a static
+// library drops object files nobody references, taking self-registering statics with them.
 #pragma once
 
 #include "mpt/core/pitfall.hpp"

@@ -31,14 +31,13 @@ constexpr const char* kUnusedColour = "#e4e4e4";
 constexpr int kBitWidth = 13;   // points
 constexpr int kBitHeight = 18;  // points
 std::string bit_cell(const char* colour, const char* letter) {
-  return std::string("<TD BGCOLOR=\"") + colour + "\" WIDTH=\"" + std::to_string(kBitWidth) +
-         "\" HEIGHT=\"" + std::to_string(kBitHeight) + "\" FIXEDSIZE=\"TRUE\">" + letter + "</TD>";
+  return std::string("<TD BGCOLOR=\"") + colour + "\" WIDTH=\"" + std::to_string(kBitWidth) + "\" HEIGHT=\"" +
+         std::to_string(kBitHeight) + "\" FIXEDSIZE=\"TRUE\">" + letter + "</TD>";
 }
 
 // What the all-ones exponent field means, in a few words.
 std::string special_note(const mpt::FormatSpec& s) {
-  return s.has_inf() ? "inf, NaN at all-ones exponent"
-                     : "no inf; NaN only at S.1111.111";
+  return s.has_inf() ? "inf, NaN at all-ones exponent" : "no inf; NaN only at S.1111.111";
 }
 
 // The derived facts printed beside a format's bits (all computed, none typed),
@@ -49,9 +48,8 @@ std::string summary(const mpt::Format& f, const std::string& widths) {
   std::ostringstream out;
   out << widths << ", bias " << s.bias << "<BR ALIGN=\"LEFT\"/>"
       << "p = " << l.precision << ", max " << mpt::power_of_two_or_decimal(l.max) << ", eps "
-      << mpt::power_of_two_or_decimal(l.epsilon) << "<BR ALIGN=\"LEFT\"/>"
-      << l.storage_bytes << (l.storage_bytes == 1 ? " byte; " : " bytes; ") << special_note(s)
-      << "<BR ALIGN=\"LEFT\"/>";
+      << mpt::power_of_two_or_decimal(l.epsilon) << "<BR ALIGN=\"LEFT\"/>" << l.storage_bytes
+      << (l.storage_bytes == 1 ? " byte; " : " bytes; ") << special_note(s) << "<BR ALIGN=\"LEFT\"/>";
   return out.str();
 }
 
@@ -65,9 +63,10 @@ std::string format_row(const mpt::Format& f, int columns) {
   const int used = 1 + s.exponent_bits + s.mantissa_bits;
   const int unused = s.storage_bits > used ? s.storage_bits - used : 0;
   // FIXEDSIZE keeps the nested table from stretching to the widest row.
-  std::string bits = "<TABLE BORDER=\"0\" CELLBORDER=\"1\" CELLSPACING=\"0\" CELLPADDING=\"0\""
-                     " FIXEDSIZE=\"TRUE\" WIDTH=\"" + std::to_string(kBitWidth * s.storage_bits) +
-                     "\" HEIGHT=\"" + std::to_string(kBitHeight) + "\"><TR>";
+  std::string bits =
+      "<TABLE BORDER=\"0\" CELLBORDER=\"1\" CELLSPACING=\"0\" CELLPADDING=\"0\""
+      " FIXEDSIZE=\"TRUE\" WIDTH=\"" +
+      std::to_string(kBitWidth * s.storage_bits) + "\" HEIGHT=\"" + std::to_string(kBitHeight) + "\"><TR>";
   bits += bit_cell(kSignColour, "S");
   for (int i = 0; i < s.exponent_bits; ++i) bits += bit_cell(kExponentColour, "E");
   for (int i = 0; i < s.mantissa_bits; ++i) bits += bit_cell(kFractionColour, "M");
@@ -76,16 +75,20 @@ std::string format_row(const mpt::Format& f, int columns) {
   const int filler = columns - s.storage_bits;
   if (filler > 0) {
     bits = "<TABLE BORDER=\"0\" CELLBORDER=\"0\" CELLSPACING=\"0\" CELLPADDING=\"0\"><TR><TD>" + bits +
-           "</TD><TD FIXEDSIZE=\"TRUE\" WIDTH=\"" + std::to_string(kBitWidth * filler) +
-           "\" HEIGHT=\"" + std::to_string(kBitHeight) + "\"></TD></TR></TABLE>";
+           "</TD><TD FIXEDSIZE=\"TRUE\" WIDTH=\"" + std::to_string(kBitWidth * filler) + "\" HEIGHT=\"" +
+           std::to_string(kBitHeight) + "\"></TD></TR></TABLE>";
   }
 
-  std::string widths = "1 + " + std::to_string(s.exponent_bits) + " + " +
-                       std::to_string(s.mantissa_bits) + " bits";
+  std::string widths =
+      "1 + " + std::to_string(s.exponent_bits) + " + " + std::to_string(s.mantissa_bits) + " bits";
   if (unused > 0) widths += " + " + std::to_string(unused) + " unused";
-  return "<TR><TD ALIGN=\"RIGHT\"><B>" + std::string(f.name) + "</B></TD>"
-         "<TD ALIGN=\"LEFT\" BALIGN=\"LEFT\">" + bits + "</TD>"
-         "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">" + summary(f, widths) + "</FONT></TD></TR>\n";
+  return "<TR><TD ALIGN=\"RIGHT\"><B>" + std::string(f.name) +
+         "</B></TD>"
+         "<TD ALIGN=\"LEFT\" BALIGN=\"LEFT\">" +
+         bits +
+         "</TD>"
+         "<TD ALIGN=\"LEFT\"><FONT POINT-SIZE=\"9\">" +
+         summary(f, widths) + "</FONT></TD></TR>\n";
 }
 
 // The key to the colours, as the graph's label above the table.
@@ -110,7 +113,8 @@ std::string layout_graph(const std::string& graph_name, const Range& formats, bo
   dot += "  node [shape=plaintext, fontname=\"Helvetica\", fontsize=11];\n";
   dot += "  layout [label=<\n<TABLE BORDER=\"0\" CELLBORDER=\"0\" CELLSPACING=\"2\" CELLPADDING=\"3\">\n";
   int columns = 0;
-  for (const mpt::Format& f : formats) columns = f.spec.storage_bits > columns ? f.spec.storage_bits : columns;
+  for (const mpt::Format& f : formats)
+    columns = f.spec.storage_bits > columns ? f.spec.storage_bits : columns;
   for (const mpt::Format& f : formats) dot += format_row(f, columns);
   dot += "</TABLE>>];\n}\n";
   return dot;
@@ -142,7 +146,8 @@ int main(int argc, char** argv) {
   for (const mpt::Format& f : formats) {
     const mpt::Format one[] = {f};
     ok = write_file(dir + "/layout_" + std::string(f.name) + ".dot",
-                    layout_graph("layout_" + std::string(f.name), one, false)) && ok;
+                    layout_graph("layout_" + std::string(f.name), one, false)) &&
+         ok;
   }
   return ok ? 0 : 1;
 }

@@ -43,13 +43,11 @@ int layouts() {
               "sign", "exp", "frac", "bias", "bytes", "all-ones exponent means");
   for (const Format& f : mpt::all_formats()) {
     const auto& s = f.spec;
-    std::string picture = "S " + std::string(s.exponent_bits, 'E') + " " +
-                          std::string(s.mantissa_bits, 'M');
+    std::string picture = "S " + std::string(s.exponent_bits, 'E') + " " + std::string(s.mantissa_bits, 'M');
     const int used = 1 + s.exponent_bits + s.mantissa_bits;
-    if (used < s.storage_bits)
-      picture += " (+" + std::to_string(s.storage_bits - used) + " unused)";
-    std::printf("%-5s %-44s %4d %4d %4d %4d %5d  %s\n", std::string(f.name).c_str(),
-                picture.c_str(), 1, s.exponent_bits, s.mantissa_bits, s.bias, s.storage_bits / 8,
+    if (used < s.storage_bits) picture += " (+" + std::to_string(s.storage_bits - used) + " unused)";
+    std::printf("%-5s %-44s %4d %4d %4d %4d %5d  %s\n", std::string(f.name).c_str(), picture.c_str(), 1,
+                s.exponent_bits, s.mantissa_bits, s.bias, s.storage_bits / 8,
                 s.has_inf() ? "inf (fraction 0) or NaN" : "normal numbers; NaN only at S.1111.111");
   }
   return 0;
@@ -139,17 +137,17 @@ int rounding() {
   };
   const int n = 1 << 20;
   const std::uint64_t seed = 1;
-  std::printf("fp16; ulp = spacing at 1 = %s. RNE = round to nearest, ties to even;\n"
-              "RTZ = toward zero; SR mean = mean of %d stochastic roundings (seed %llu);\n"
-              "FTZ = RNE with subnormal results flushed to 0; SAT = RNE saturating at max\n\n",
-              p2(ulp1).c_str(), n, static_cast<unsigned long long>(seed));
-  std::printf("%-26s %-15s %-14s %-14s %-16s %-10s %s\n", "x", "x (fp32)", "RNE", "RTZ",
-              "SR mean", "FTZ", "SAT");
+  std::printf(
+      "fp16; ulp = spacing at 1 = %s. RNE = round to nearest, ties to even;\n"
+      "RTZ = toward zero; SR mean = mean of %d stochastic roundings (seed %llu);\n"
+      "FTZ = RNE with subnormal results flushed to 0; SAT = RNE saturating at max\n\n",
+      p2(ulp1).c_str(), n, static_cast<unsigned long long>(seed));
+  std::printf("%-26s %-15s %-14s %-14s %-16s %-10s %s\n", "x", "x (fp32)", "RNE", "RTZ", "SR mean", "FTZ",
+              "SAT");
   for (const Case& c : cases)
     std::printf("%-26s %-15s %-14s %-14s %-16s %-10s %s\n", c.what.c_str(), dec(c.x).c_str(),
-                stored(c.x, f).c_str(), stored(c.x, f, rtz).c_str(),
-                g10(sr_mean(c.x, f, n, seed)).c_str(), stored(c.x, f, flush).c_str(),
-                stored(c.x, f, saturate).c_str());
+                stored(c.x, f).c_str(), stored(c.x, f, rtz).c_str(), g10(sr_mean(c.x, f, n, seed)).c_str(),
+                stored(c.x, f, flush).c_str(), stored(c.x, f, saturate).c_str());
 
   // Stochastic rounding is unbiased: E[SR(x)] = x. x lies a fraction t of
   // the way from its lower neighbour to the upper one and rounds up with
@@ -159,10 +157,11 @@ int rounding() {
   const double t = (static_cast<double>(x) - one) / ulp1;
   const double mean = sr_mean(x, f, n, seed);
   const double se = std::sqrt(t * (1 - t) / n);
-  std::printf("\nunbiased? x = 1 + ulp/4 = %s: RNE always gives %s (error %s = -ulp/4);\n"
-              "the SR mean is off by %.2g ulp, %.2f standard errors (one standard error = %.2g ulp)\n",
-              dec(x).c_str(), stored(x, f).c_str(), p2(round_value(x, f) - double(x)).c_str(),
-              (mean - x) / ulp1, (mean - x) / ulp1 / se, se);
+  std::printf(
+      "\nunbiased? x = 1 + ulp/4 = %s: RNE always gives %s (error %s = -ulp/4);\n"
+      "the SR mean is off by %.2g ulp, %.2f standard errors (one standard error = %.2g ulp)\n",
+      dec(x).c_str(), stored(x, f).c_str(), p2(round_value(x, f) - double(x)).c_str(), (mean - x) / ulp1,
+      (mean - x) / ulp1 / se, se);
 
   // The stagnating sum of the pitfall fp16-sum-stagnation, with SR instead.
   const float addend = round_value(0.01f, f);
@@ -178,8 +177,7 @@ int rounding() {
     sr.mode = RoundingMode::stochastic;
     sr.seed = s;
     float sum = 0;
-    for (int i = 0; i < steps; ++i)
-      sum = round_value(sum + addend, f, sr, static_cast<std::uint64_t>(i));
+    for (int i = 0; i < steps; ++i) sum = round_value(sum + addend, f, sr, static_cast<std::uint64_t>(i));
     std::printf(" %s", dec(sum).c_str());
     total += sum;
   }
@@ -190,9 +188,8 @@ int rounding() {
 // --- fp8 -------------------------------------------------------------------
 
 int fp8() {
-  std::printf("%-5s %-10s %-12s %-14s %-5s %-10s %-8s %-10s %-10s %-10s\n", "name", "max",
-              "min normal", "min subnormal", "inf", "NaN codes", "finite", "500 (sat)",
-              "500 (inf)", "1e5 (sat)");
+  std::printf("%-5s %-10s %-12s %-14s %-5s %-10s %-8s %-10s %-10s %-10s\n", "name", "max", "min normal",
+              "min subnormal", "inf", "NaN codes", "finite", "500 (sat)", "500 (inf)", "1e5 (sat)");
   for (const char* name : {"e4m3", "e5m2", "fp16"}) {
     const Format& f = format_named(name);
     const mpt::Limits l = limits_of(f.spec);
@@ -202,14 +199,14 @@ int fp8() {
     RoundingOptions sat, to_inf;
     sat.overflow = mpt::OverflowMode::saturate;
     to_inf.overflow = mpt::OverflowMode::infinity;
-    std::printf("%-5s %-10s %-12s %-14s %-5s %-10d %-8llu %-10s %-10s %-10s\n", name,
-                dec(l.max).c_str(), p2(l.min_normal).c_str(), p2(l.min_subnormal).c_str(),
-                l.has_inf ? "yes" : "no", nan_codes,
+    std::printf("%-5s %-10s %-12s %-14s %-5s %-10d %-8llu %-10s %-10s %-10s\n", name, dec(l.max).c_str(),
+                p2(l.min_normal).c_str(), p2(l.min_subnormal).c_str(), l.has_inf ? "yes" : "no", nan_codes,
                 static_cast<unsigned long long>(l.finite_values), stored(500.0f, f, sat).c_str(),
                 stored(500.0f, f, to_inf).c_str(), stored(1e5f, f, sat).c_str());
   }
-  std::printf("\n(sat) = saturate to max, the FP8 default here; (inf) = IEEE overflow, which for\n"
-              "a format without inf (e4m3) can only produce NaN\n");
+  std::printf(
+      "\n(sat) = saturate to max, the FP8 default here; (inf) = IEEE overflow, which for\n"
+      "a format without inf (e4m3) can only produce NaN\n");
   return 0;
 }
 
@@ -227,9 +224,10 @@ int claims() {
   row("largest finite fp16 (limits_of)", dec(l.max));
   for (float x : {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 65536.0f})
     row(dec(x) + " stored in fp16", stored(x, f));
-  std::printf("  verdict: wrong. The largest is %s; from %s up everything rounds to inf,\n"
-              "  so 65536 is not an fp16 value at all.\n\n",
-              dec(l.max).c_str(), dec(l.max + std::ldexp(1.0, l.emax - f.spec.mantissa_bits) / 2).c_str());
+  std::printf(
+      "  verdict: wrong. The largest is %s; from %s up everything rounds to inf,\n"
+      "  so 65536 is not an fp16 value at all.\n\n",
+      dec(l.max).c_str(), dec(l.max + std::ldexp(1.0, l.emax - f.spec.mantissa_bits) / 2).c_str());
 
   std::printf("claim: \"exp overflows fp16 from x = 10\"\n");
   for (float x : {10.0f, 11.0f, 11.08f, 11.09f, 11.1f, 12.0f})
@@ -253,24 +251,27 @@ int claims() {
   std::printf("  verdict: wrong. exp(10) fits easily; the limit is ln(max), about %.2f.\n\n",
               std::log(l.max));
 
-  std::printf("claim: \"the usual initial loss scale 2^16 is an fp16 number\"\n"
-              "  (2^16 is the default init_scale of PyTorch's GradScaler)\n");
+  std::printf(
+      "claim: \"the usual initial loss scale 2^16 is an fp16 number\"\n"
+      "  (2^16 is the default init_scale of PyTorch's GradScaler)\n");
   const float scale = std::ldexp(1.0f, 16);
   row("2^16 stored in fp16", stored(scale, f));
   row("2^16 stored in bf16", stored(scale, format_named("bf16")));
   row("2^16 stored in fp32", stored(scale, format_named("fp32")));
-  std::printf("  verdict: wrong. 2^16 = %s overflows fp16; the scale (and the multiply by it)\n"
-              "  lives in fp32, where it is exact.\n\n",
-              dec(scale).c_str());
+  std::printf(
+      "  verdict: wrong. 2^16 = %s overflows fp16; the scale (and the multiply by it)\n"
+      "  lives in fp32, where it is exact.\n\n",
+      dec(scale).c_str());
 
   std::printf("claim: \"the smallest positive fp16 is 2^-14\"\n");
   row("min normal (limits_of)", p2(l.min_normal) + " = " + dec(l.min_normal));
   row("min subnormal (limits_of)", p2(l.min_subnormal) + " = " + dec(l.min_subnormal));
   row("2^-24 stored in fp16", stored(static_cast<float>(l.min_subnormal), f));
   row("2^-25 stored in fp16 (a tie: to even, 0)", stored(static_cast<float>(l.min_subnormal / 2), f));
-  std::printf("  verdict: wrong. %s is the smallest normal number; subnormals go down to\n"
-              "  %s, with fewer significant bits.\n\n",
-              p2(l.min_normal).c_str(), p2(l.min_subnormal).c_str());
+  std::printf(
+      "  verdict: wrong. %s is the smallest normal number; subnormals go down to\n"
+      "  %s, with fewer significant bits.\n\n",
+      p2(l.min_normal).c_str(), p2(l.min_subnormal).c_str());
 
   std::printf("claim: \"fp16 stores every integer up to its max exactly\"\n");
   int first_gap = 1;  // first integer that fp16 cannot hold
@@ -278,9 +279,10 @@ int claims() {
   row("first integer not representable", std::to_string(first_gap));
   row(std::to_string(first_gap) + " stored in fp16", stored(static_cast<float>(first_gap), f));
   row("2^p, p = precision", dec(std::ldexp(1.0, l.precision)));
-  std::printf("  verdict: wrong. Integers are exact only up to 2^p = 2^%d; above it the spacing\n"
-              "  is 2 or more.\n",
-              l.precision);
+  std::printf(
+      "  verdict: wrong. Integers are exact only up to 2^p = 2^%d; above it the spacing\n"
+      "  is 2 or more.\n",
+      l.precision);
   return 0;
 }
 

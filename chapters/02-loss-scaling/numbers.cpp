@@ -19,17 +19,17 @@
 #include <string>
 #include <vector>
 
-#include "mpt/nn/data.hpp"
-#include "mpt/formats/explain.hpp"
-#include "mpt/formats/format.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/formats/format.hpp"
+#include "mpt/formats/range_report.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/nn/data.hpp"
 #include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
-#include "mpt/formats/range_report.hpp"
-#include "mpt/formats/rounding.hpp"
 #include "training.hpp"
 
 namespace {
@@ -82,11 +82,12 @@ int chain_rule() {
   const Dataset tiny_batch = tiny.batches.next();
   const Dataset blobs_batch = Batches(blobs().train, 64, kBatchSeed).next();
 
-  std::printf("one backward pass, once from the loss (dloss = 1) and once from S * loss (dloss = S\n"
-              "= %s); every stored gradient g_S compared with S * g_1. blobs: the MLP 8-32-32-4\n"
-              "classifier of the pitfalls at its initial weights, a batch of 64; tiny: the network of\n"
-              "the pitfall no-loss-scaling after %d steps of its FP32 run, a batch of %d\n\n",
-              p2(scale).c_str(), kSteps, static_cast<int>(kTinyTargetBatch));
+  std::printf(
+      "one backward pass, once from the loss (dloss = 1) and once from S * loss (dloss = S\n"
+      "= %s); every stored gradient g_S compared with S * g_1. blobs: the MLP 8-32-32-4\n"
+      "classifier of the pitfalls at its initial weights, a batch of 64; tiny: the network of\n"
+      "the pitfall no-loss-scaling after %d steps of its FP32 run, a batch of %d\n\n",
+      p2(scale).c_str(), kSteps, static_cast<int>(kTinyTargetBatch));
   std::printf("%-11s %-24s %7s %13s %9s %10s %19s\n", "run", "gradients", "values", "g_S == S*g_1",
               "g_1 == 0", "g_1 subn.", "differ, g_1 normal");
   struct Run {
@@ -148,9 +149,10 @@ int chain_rule() {
                   differ_normal);
     }
   }
-  std::printf("\ng_1 == 0 counts exact zeros of the unscaled pass (in FP32 only those behind a\n"
-              "ReLU; in fp16 also the ones that flushed); g_1 subn. counts subnormal ones; the last\n"
-              "column counts differences at gradients that were normal numbers without the scale.\n");
+  std::printf(
+      "\ng_1 == 0 counts exact zeros of the unscaled pass (in FP32 only those behind a\n"
+      "ReLU; in fp16 also the ones that flushed); g_1 subn. counts subnormal ones; the last\n"
+      "column counts differences at gradients that were normal numbers without the scale.\n");
   return 0;
 }
 
@@ -161,8 +163,9 @@ int chain_rule() {
 int memory() {
   const std::vector<int> sizes = {64, 256, 256, 10};
   const std::vector<Eigen::Index> batches = {128, 1024, 8192};
-  std::printf("MLP 64-256-256-10 (ReLU) with AdamW: bytes actually allocated (Eigen buffers,\n"
-              "Tensor::bytes, AdamW::state_bytes, Mlp::activation_bytes)\n\n");
+  std::printf(
+      "MLP 64-256-256-10 (ReLU) with AdamW: bytes actually allocated (Eigen buffers,\n"
+      "Tensor::bytes, AdamW::state_bytes, Mlp::activation_bytes)\n\n");
   struct Column {
     const char* name;
     DType p;
@@ -205,8 +208,10 @@ int memory() {
   row("FP32 master weights (B)", cols[0].masters, cols[1].masters);
   row("gradients, FP32 (B)", cols[0].grads, cols[1].grads);
   row("AdamW m and v, FP32 (B)", cols[0].adam, cols[1].adam);
-  const double per0 = (cols[0].forward_weights + cols[0].masters + cols[0].grads + cols[0].adam) / cols[0].params;
-  const double per1 = (cols[1].forward_weights + cols[1].masters + cols[1].grads + cols[1].adam) / cols[1].params;
+  const double per0 =
+      (cols[0].forward_weights + cols[0].masters + cols[0].grads + cols[0].adam) / cols[0].params;
+  const double per1 =
+      (cols[1].forward_weights + cols[1].masters + cols[1].grads + cols[1].adam) / cols[1].params;
   row("  per parameter (B)", per0, per1);
   for (std::size_t i = 0; i < batches.size(); ++i)
     row("activations kept for backward, batch " + std::to_string(batches[i]) + " (B)", cols[0].activations[i],
@@ -240,15 +245,20 @@ int figure(const std::string& dir) {
   const float smallest = *std::min_element(mags.begin(), mags.end());
   const Limits l16 = limits_of(fp16().spec);
 
-  std::printf("activation gradients of the FP32 run that the pitfall no-loss-scaling compares with\n"
-              "(MLP 8-32-32-4 on the tiny-target regression, AdamW, batch %d): every tensor of\n"
-              "Mlp::activation_gradients() at each of the %d steps\n\n",
-              static_cast<int>(kTinyTargetBatch), kTinyTargetSteps);
+  std::printf(
+      "activation gradients of the FP32 run that the pitfall no-loss-scaling compares with\n"
+      "(MLP 8-32-32-4 on the tiny-target regression, AdamW, batch %d): every tensor of\n"
+      "Mlp::activation_gradients() at each of the %d steps\n\n",
+      static_cast<int>(kTinyTargetBatch), kTinyTargetSteps);
   std::printf("  values                               %.0f\n", n);
-  std::printf("  exactly 0 in FP32 (behind a ReLU)    %s\n", pct(1.0 - static_cast<double>(mags.size()) / n).c_str());
-  std::printf("  largest |g|                          %s (%s)\n", dec(largest).c_str(), log2_text(largest).c_str());
-  std::printf("  median nonzero |g|                   %s (%s)\n", dec(median).c_str(), log2_text(median).c_str());
-  std::printf("  smallest nonzero |g|                 %s (%s)\n", dec(smallest).c_str(), log2_text(smallest).c_str());
+  std::printf("  exactly 0 in FP32 (behind a ReLU)    %s\n",
+              pct(1.0 - static_cast<double>(mags.size()) / n).c_str());
+  std::printf("  largest |g|                          %s (%s)\n", dec(largest).c_str(),
+              log2_text(largest).c_str());
+  std::printf("  median nonzero |g|                   %s (%s)\n", dec(median).c_str(),
+              log2_text(median).c_str());
+  std::printf("  smallest nonzero |g|                 %s (%s)\n", dec(smallest).c_str(),
+              log2_text(smallest).c_str());
   std::printf("  fp16: min subnormal %s, min normal %s, max %s\n\n", p2(l16.min_subnormal).c_str(),
               p2(l16.min_normal).c_str(), dec(l16.max).c_str());
 
@@ -278,8 +288,8 @@ int figure(const std::string& dir) {
     const double normal = r.fraction(RangeClass::exact) + r.fraction(RangeClass::rounded);
     std::printf("%-8s %14s %12s %12s %10s %14s  %s\n", p2(factor).c_str(), pct(zero).c_str(),
                 pct(r.fraction(RangeClass::flushed_to_zero)).c_str(),
-                pct(r.fraction(RangeClass::subnormal_result)).c_str(), pct(r.fraction(RangeClass::overflow)).c_str(),
-                pct(normal).c_str(), s.note);
+                pct(r.fraction(RangeClass::subnormal_result)).c_str(),
+                pct(r.fraction(RangeClass::overflow)).c_str(), pct(normal).c_str(), s.note);
     if (s.k == 0 || s.k == 16) {
       const std::string name = s.k == 0 ? "fig3-unscaled.svg" : "fig3-scaled.svg";
       const std::string path = dir + "/" + name;
@@ -288,9 +298,10 @@ int figure(const std::string& dir) {
       if (!f) throw std::runtime_error("cannot write " + path);
     }
   }
-  std::printf("\n'0 in fp16' = exact zeros + flushed; 'flushed' = nonzero values that round to 0.\n"
-              "histograms: %s/fig3-unscaled.svg (S = 1), %s/fig3-scaled.svg (S = 2^16)\n",
-              dir.c_str(), dir.c_str());
+  std::printf(
+      "\n'0 in fp16' = exact zeros + flushed; 'flushed' = nonzero values that round to 0.\n"
+      "histograms: %s/fig3-unscaled.svg (S = 1), %s/fig3-scaled.svg (S = 2^16)\n",
+      dir.c_str(), dir.c_str());
   return 0;
 }
 
@@ -299,9 +310,10 @@ int figure(const std::string& dir) {
 // AdamW with fp16 state and arithmetic, for several eps, next to PyTorch's
 // FP32 AdamW: the pitfall adam-eps-fp16's run with eps varied.
 int adam_eps() {
-  std::printf("fp16 MLP 8-32-32-4 on the blobs, GradScaler, AdamW (lr 1e-3, betas 0.9/0.999,\n"
-              "weight decay 1e-2), 100 steps of batch 64; the largest step-1 update |dw| / lr,\n"
-              "where Adam's is about 1 (m/sqrt(v) = +-1 on the first step)\n\n");
+  std::printf(
+      "fp16 MLP 8-32-32-4 on the blobs, GradScaler, AdamW (lr 1e-3, betas 0.9/0.999,\n"
+      "weight decay 1e-2), 100 steps of batch 64; the largest step-1 update |dw| / lr,\n"
+      "where Adam's is about 1 (m/sqrt(v) = +-1 on the first step)\n\n");
   std::printf("%-6s %-8s %-14s %16s %18s %10s\n", "state", "eps", "eps in state", "max |dw|/lr step 1",
               "inf/NaN weights", "accuracy");
   struct Case {
@@ -336,7 +348,8 @@ int adam_eps() {
       }
     }
     double bad = 0;
-    for (const Parameter* p : net.parameters()) bad += static_cast<double>((!p->master.f32().array().isFinite()).count());
+    for (const Parameter* p : net.parameters())
+      bad += static_cast<double>((!p->master.f32().array().isFinite()).count());
     const float stored = round_value(static_cast<float>(c.eps), format_of(c.state));
     std::printf("%-6s %-8s %-14s %16s %18.0f %10s\n", std::string(format_of(c.state).name).c_str(),
                 g6(c.eps).c_str(), dec(stored).c_str(), g6(first).c_str(), bad,
@@ -386,8 +399,9 @@ void claim_update_after_step() {
   } catch (const std::logic_error& e) {
     std::printf("  step() again without update() throws:\n    %s\n", e.what());
   }
-  std::printf("  verdict: wrong. update() comes after step() (it needs step()'s inf check), once\n"
-              "  at the end of every iteration (step() refuses to run twice without it).\n\n");
+  std::printf(
+      "  verdict: wrong. update() comes after step() (it needs step()'s inf check), once\n"
+      "  at the end of every iteration (step() refuses to run twice without it).\n\n");
 }
 
 void claim_scale_is_fp16() {
@@ -395,13 +409,16 @@ void claim_scale_is_fp16() {
   const GradScaler scaler;
   const float s = scaler.get_scale();
   std::printf("  GradScaler().get_scale() (a float)                %s\n", dec(s).c_str());
-  std::printf("  2^16 stored in fp16                               %s\n", dec(round_value(s, fp16())).c_str());
-  std::printf("  largest finite fp16                               %s\n", dec(limits_of(fp16().spec).max).c_str());
+  std::printf("  2^16 stored in fp16                               %s\n",
+              dec(round_value(s, fp16())).c_str());
+  std::printf("  largest finite fp16                               %s\n",
+              dec(limits_of(fp16().spec).max).c_str());
   std::printf("  a loss of 2.5, scaled in FP32                     %s\n", dec(2.5f * s).c_str());
   std::printf("  a gradient of 2^-20, times 2^16, stored in fp16   %s\n",
               dec(round_value(std::ldexp(1.0f, -20) * s, fp16())).c_str());
-  std::printf("  verdict: wrong. 65536 overflows fp16; the scale and the scaled loss live in FP32,\n"
-              "  and only the scaled gradients are stored in fp16, where they fit.\n\n");
+  std::printf(
+      "  verdict: wrong. 65536 overflows fp16; the scale and the scaled loss live in FP32,\n"
+      "  and only the scaled gradients are stored in fp16, where they fit.\n\n");
 }
 
 void claim_scale_floor() {
@@ -437,16 +454,18 @@ void claim_scale_floor() {
     weights += static_cast<double>(p->master.numel());
   }
   const float inv = mpt::inverse_scale(scaler.get_scale());  // as unscale() takes it
-  std::printf("  at scale 0: scaled loss %s, gradient %s, inverse scale 1/0 = %s,\n"
-              "  unscaled gradient 0 * inf = %s; found inf: %s (checked before the multiply),\n"
-              "  so step() %s and %.0f of %.0f weights are NaN\n",
-              dec(loss).c_str(), dec(grad_before).c_str(), dec(inv).c_str(),
-              std::isnan(grad_after) ? "NaN" : dec(grad_after).c_str(),
-              *scaler.found_inf(t.opt) ? "yes" : "no", stepped ? "stepped" : "skipped", bad, weights);
+  std::printf(
+      "  at scale 0: scaled loss %s, gradient %s, inverse scale 1/0 = %s,\n"
+      "  unscaled gradient 0 * inf = %s; found inf: %s (checked before the multiply),\n"
+      "  so step() %s and %.0f of %.0f weights are NaN\n",
+      dec(loss).c_str(), dec(grad_before).c_str(), dec(inv).c_str(),
+      std::isnan(grad_after) ? "NaN" : dec(grad_after).c_str(), *scaler.found_inf(t.opt) ? "yes" : "no",
+      stepped ? "stepped" : "skipped", bad, weights);
   scaler.update();
-  std::printf("  verdict: wrong. There is no floor, in PyTorch or here: %d overflows in a row\n"
-              "  reach 0, and at 0 the NaN is not caught. load_state_dict() refuses a saved scale of 0.\n\n",
-              step);
+  std::printf(
+      "  verdict: wrong. There is no floor, in PyTorch or here: %d overflows in a row\n"
+      "  reach 0, and at 0 the NaN is not caught. load_state_dict() refuses a saved scale of 0.\n\n",
+      step);
 }
 
 void claim_bf16() {
@@ -469,8 +488,9 @@ void claim_bf16() {
     std::printf("    %-6s %22s %16s\n", std::string(format_of(p).name).c_str(), pct(zeros / total).c_str(),
                 g6(loss).c_str());
   }
-  std::printf("  verdict: wrong. bf16 has FP32's exponent range (smallest normal 2^-126), so these\n"
-              "  gradients keep their values and it trains like FP32 without a scale.\n");
+  std::printf(
+      "  verdict: wrong. bf16 has FP32's exponent range (smallest normal 2^-126), so these\n"
+      "  gradients keep their values and it trains like FP32 without a scale.\n");
 }
 
 int claims() {
@@ -482,8 +502,9 @@ int claims() {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: ch02_numbers chain-rule|memory|adam-eps|claims\n"
-                       "       ch02_numbers figure DIR   (writes DIR/fig3-unscaled.svg and DIR/fig3-scaled.svg)\n");
+  std::fprintf(stderr,
+               "usage: ch02_numbers chain-rule|memory|adam-eps|claims\n"
+               "       ch02_numbers figure DIR   (writes DIR/fig3-unscaled.svg and DIR/fig3-scaled.svg)\n");
   return 2;
 }
 

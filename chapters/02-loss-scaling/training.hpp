@@ -30,8 +30,7 @@ namespace mpt::ch02 {
 class Batches {
  public:
   /// Batches of `batch` rows of `d` (which must outlive them), shuffled from `seed`.
-  Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed)
-      : data_(&d), batch_(batch), seed_(seed) {}
+  Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed) : data_(&d), batch_(batch), seed_(seed) {}
   /// The next batch; a new epoch (a new permutation) when this one is used up.
   Dataset next() {
     if (order_.empty() || pos_ + batch_ > data_->size()) {
@@ -108,7 +107,7 @@ void scaled_backward(Mlp& net, Optimizer& opt, Batches& batches, Scaler& scaler)
 
 // --- the tiny-target run ----------------------------------------------------
 
-inline constexpr int kTinyTargetSteps = 200;            ///< optimizer steps of a tiny-target run
+inline constexpr int kTinyTargetSteps = 200;           ///< optimizer steps of a tiny-target run
 inline constexpr Eigen::Index kTinyTargetBatch = 128;  ///< its batch size
 inline constexpr double kTinyTargetLr = 3e-4;          ///< its AdamW learning rate
 
@@ -143,7 +142,9 @@ struct TinyTargetRun {
   Batches batches;  ///< batches of kTinyTargetBatch from tiny_targets()
   /// A fresh run in precision `p`.
   explicit TinyTargetRun(DType p)
-      : net(tiny_target_net(p)), opt(tiny_target_adam(net)), batches(tiny_targets(), kTinyTargetBatch, kBatchSeed) {}
+      : net(tiny_target_net(p)),
+        opt(tiny_target_adam(net)),
+        batches(tiny_targets(), kTinyTargetBatch, kBatchSeed) {}
 };
 
 // --- the blobs -------------------------------------------------------------------

@@ -81,9 +81,10 @@ struct PointsListener : doctest::IReporter {
     // never gets control back: say so here, and print no total, so that
     // nobody (and no CI check) mistakes a crash for a score.
     if (scores().crashed) {
-      std::printf("\ngrading stopped: test case \"%s\" crashed; no total. Run one exercise at a "
-                  "time (--exercise N.M) to score the others.\n",
-                  scores().current_case.c_str());
+      std::printf(
+          "\ngrading stopped: test case \"%s\" crashed; no total. Run one exercise at a "
+          "time (--exercise N.M) to score the others.\n",
+          scores().current_case.c_str());
       std::fflush(stdout);
     }
   }
@@ -93,8 +94,7 @@ struct PointsListener : doctest::IReporter {
   }
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_end(const doctest::CurrentTestCaseStats& st) override {
-    scores().by_suite[scores().current_suite].cases.push_back(
-        {scores().current_case, st.testCaseSuccess});
+    scores().by_suite[scores().current_suite].cases.push_back({scores().current_case, st.testCaseSuccess});
   }
   void test_case_exception(const doctest::TestCaseException& e) override {
     if (e.is_crash) scores().crashed = true;
@@ -122,8 +122,8 @@ bool print_scores() {
     for (const auto& c : s.cases) points += c.passed ? 1 : 0;
     const int max = static_cast<int>(s.cases.size());
     if (id == suite) {  // a test case outside the exercise-N.M suites (a hidden test's slip)
-      std::printf("tests outside any exercise suite (%s): %d/%d points", suite.empty() ? "no suite" : suite.c_str(),
-                  points, max);
+      std::printf("tests outside any exercise suite (%s): %d/%d points",
+                  suite.empty() ? "no suite" : suite.c_str(), points, max);
     } else {
       std::printf("exercise %s (%s): %d/%d points", id.c_str(), exercise_title(id), points, max);
     }
@@ -138,13 +138,15 @@ bool print_scores() {
 }
 
 void print_usage_extra() {
-  std::printf("%s: the Chapter %d exercise grader.\n"
-              "  --exercise N.M   run only exercise N.M (may be repeated); same as -ts=exercise-N.M\n"
-              "  exercises:",
-              grader_name().c_str(), kChapter.number);
+  std::printf(
+      "%s: the Chapter %d exercise grader.\n"
+      "  --exercise N.M   run only exercise N.M (may be repeated); same as -ts=exercise-N.M\n"
+      "  exercises:",
+      grader_name().c_str(), kChapter.number);
   for (const auto& e : kExercises) std::printf(" %s", e.id);
-  std::printf("\n  Every doctest option works too, e.g. -ltc to list the test cases, "
-              "-tc=\"*ties*\" to run matching ones.\n\n");
+  std::printf(
+      "\n  Every doctest option works too, e.g. -ltc to list the test cases, "
+      "-tc=\"*ties*\" to run matching ones.\n\n");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ namespace mpt::cuda {
 /// One FP32 gradient tensor in device memory: d_data[0..n).
 struct DeviceTensor {
   float* d_data = nullptr;  ///< device pointer to the first element
-  std::size_t n = 0;         ///< number of elements
+  std::size_t n = 0;        ///< number of elements
 };
 
 /// A list of device gradient tensors, prepared for unscale_and_check: a
@@ -86,8 +86,8 @@ void inverse_scale(const float* d_scale, float* d_inv_scale);
 ///   simple:     one thread per element of the concatenated list.
 ///   vectorized: one block per chunk of one tensor, 16-byte loads where the
 ///               tensor is 16-byte aligned (scalar otherwise).
-void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale,
-                       float* d_found_inf, KernelVersion v = KernelVersion::vectorized);
+void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale, float* d_found_inf,
+                       KernelVersion v = KernelVersion::vectorized);
 
 /// The scale update of one step, on the device by one thread:
 /// mpt::update_scale(*d_scale, *d_growth_tracker, *d_found_inf != 0, ...).

@@ -68,8 +68,8 @@ __device__ __forceinline__ int find_entry(const TensorEntry* __restrict__ table,
 // Every thread that saw a non-finite value stores 1.0f: the stores race, but
 // all write the same value, so no atomic is needed (PyTorch does the same).
 __global__ void unscale_check_simple(const TensorEntry* __restrict__ table, int count,
-                                     unsigned long long total,
-                                     const float* __restrict__ inv_scale, float* found_inf) {
+                                     unsigned long long total, const float* __restrict__ inv_scale,
+                                     float* found_inf) {
   const unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const TensorEntry e = table[find_entry<&TensorEntry::first_element>(table, count, i)];
@@ -145,15 +145,14 @@ DeviceTensorList::DeviceTensorList(const std::vector<DeviceTensor>& tensors) {
   for (const DeviceTensor& t : tensors) {
     if (t.n == 0) continue;
     if (t.d_data == nullptr)
-      throw std::invalid_argument("mpt::cuda::DeviceTensorList: a tensor of " +
-                                  std::to_string(t.n) + " elements has a null pointer");
+      throw std::invalid_argument("mpt::cuda::DeviceTensorList: a tensor of " + std::to_string(t.n) +
+                                  " elements has a null pointer");
     table.push_back({t.d_data, t.n, elements_, chunks_});
     elements_ += t.n;
     chunks_ += (t.n + kChunk - 1) / kChunk;
   }
   count_ = table.size();
-  if (count_ > 0x7fffffffu)
-    throw std::length_error("mpt::cuda::DeviceTensorList: more than 2^31-1 tensors");
+  if (count_ > 0x7fffffffu) throw std::length_error("mpt::cuda::DeviceTensorList: more than 2^31-1 tensors");
   if (count_ == 0) return;
   const std::size_t bytes = table.size() * sizeof(TensorEntry);
   detail::check(cudaMalloc(&d_table_, bytes), "DeviceTensorList: cudaMalloc");
@@ -176,8 +175,8 @@ void inverse_scale(const float* d_scale, float* d_inv_scale) {
   detail::check_launch("inverse_scale");
 }
 
-void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale,
-                       float* d_found_inf, KernelVersion v) {
+void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale, float* d_found_inf,
+                       KernelVersion v) {
   const char* where = "unscale_and_check";
   if (v != KernelVersion::simple && v != KernelVersion::vectorized)
     throw std::invalid_argument(
@@ -191,16 +190,16 @@ void unscale_and_check(const DeviceTensorList& grads, const float* d_inv_scale,
   } else {
     if (grads.chunks() > 0x7fffffffu)
       throw std::length_error("mpt::cuda::unscale_and_check: more chunks than a 1-D grid holds");
-    unscale_check_chunked<<<static_cast<unsigned int>(grads.chunks()), kThreads>>>(
-        table, count, d_inv_scale, d_found_inf);
+    unscale_check_chunked<<<static_cast<unsigned int>(grads.chunks()), kThreads>>>(table, count, d_inv_scale,
+                                                                                   d_found_inf);
   }
   detail::check_launch(where);
 }
 
 void update_scale(float* d_scale, std::int32_t* d_growth_tracker, const float* d_found_inf,
                   double growth_factor, double backoff_factor, std::int32_t growth_interval) {
-  update_scale_kernel<<<1, 1>>>(d_scale, d_growth_tracker, d_found_inf, growth_factor,
-                                backoff_factor, growth_interval);
+  update_scale_kernel<<<1, 1>>>(d_scale, d_growth_tracker, d_found_inf, growth_factor, backoff_factor,
+                                growth_interval);
   detail::check_launch("update_scale");
 }
 

@@ -71,8 +71,7 @@ static_assert(code_is_raw<ToFp16>() && code_is_raw<ToBf16>() && code_is_raw<ToE4
 template <class T>
 __device__ __forceinline__ typename T::Raw encode_one(float x) {
   constexpr FormatSpec f = T::spec;
-  const float r =
-      round_to_format(x, f, RoundingMode::nearest_even, T::overflow, SubnormalMode::keep);
+  const float r = round_to_format(x, f, RoundingMode::nearest_even, T::overflow, SubnormalMode::keep);
   return static_cast<typename T::Raw>(encode_exact(r, f));
 }
 
@@ -90,8 +89,7 @@ template <>
 struct Pack4<std::uint16_t> {
   using Word = uint2;
   __device__ static Word pack(std::uint16_t a, std::uint16_t b, std::uint16_t c, std::uint16_t d) {
-    return make_uint2(a | (static_cast<unsigned int>(b) << 16),
-                      c | (static_cast<unsigned int>(d) << 16));
+    return make_uint2(a | (static_cast<unsigned int>(b) << 16), c | (static_cast<unsigned int>(d) << 16));
   }
   __device__ static std::uint16_t get(Word w, int j) {
     const unsigned int half = j < 2 ? w.x : w.y;
@@ -105,9 +103,7 @@ struct Pack4<std::uint8_t> {
     return a | (static_cast<unsigned int>(b) << 8) | (static_cast<unsigned int>(c) << 16) |
            (static_cast<unsigned int>(d) << 24);
   }
-  __device__ static std::uint8_t get(Word w, int j) {
-    return static_cast<std::uint8_t>(w >> (8 * j));
-  }
+  __device__ static std::uint8_t get(Word w, int j) { return static_cast<std::uint8_t>(w >> (8 * j)); }
 };
 
 // --- fp32 → codes ----------------------------------------------------------
@@ -125,8 +121,7 @@ __global__ void encode_simple(const float* __restrict__ in, typename T::Raw* __r
 // element each. Faster because the cast is purely bandwidth-bound and one
 // 16-byte load + one 8-byte (or 4-byte) store replaces four of each.
 template <class T>
-__global__ void encode_vec4(const float* __restrict__ in, typename T::Raw* __restrict__ out,
-                            std::size_t n) {
+__global__ void encode_vec4(const float* __restrict__ in, typename T::Raw* __restrict__ out, std::size_t n) {
   using P = Pack4<typename T::Raw>;
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t n4 = n / 4;
@@ -151,16 +146,14 @@ __global__ void decode_simple(const typename T::Raw* __restrict__ in, float* __r
 // Version 2. Thread i decodes codes 4i..4i+3 read as one word and writes one
 // float4; same reason as encode_vec4 (fewer, wider memory transactions).
 template <class T>
-__global__ void decode_vec4(const typename T::Raw* __restrict__ in, float* __restrict__ out,
-                            std::size_t n) {
+__global__ void decode_vec4(const typename T::Raw* __restrict__ in, float* __restrict__ out, std::size_t n) {
   using P = Pack4<typename T::Raw>;
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t n4 = n / 4;
   if (i < n4) {
     const typename P::Word w = reinterpret_cast<const typename P::Word*>(in)[i];
-    reinterpret_cast<float4*>(out)[i] =
-        make_float4(decode_one<T>(P::get(w, 0)), decode_one<T>(P::get(w, 1)),
-                    decode_one<T>(P::get(w, 2)), decode_one<T>(P::get(w, 3)));
+    reinterpret_cast<float4*>(out)[i] = make_float4(decode_one<T>(P::get(w, 0)), decode_one<T>(P::get(w, 1)),
+                                                    decode_one<T>(P::get(w, 2)), decode_one<T>(P::get(w, 3)));
   }
   if (i < n - 4 * n4) out[4 * n4 + i] = decode_one<T>(in[4 * n4 + i]);
 }
@@ -175,8 +168,7 @@ void check_version(KernelVersion v, const char* where) {
 }
 
 template <class T>
-void encode(const float* d_in, typename T::Code* d_codes, std::size_t n, KernelVersion v,
-            const char* where) {
+void encode(const float* d_in, typename T::Code* d_codes, std::size_t n, KernelVersion v, const char* where) {
   check_version(v, where);
   if (n == 0) return;
   using Raw = typename T::Raw;
@@ -222,15 +214,13 @@ void cast_fp32_to_bf16(const float* d_in, Bf16Code* d_out, std::size_t n, Kernel
 void cast_bf16_to_fp32(const Bf16Code* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToBf16>(d_in, d_out, n, v, "cast_bf16_to_fp32");
 }
-void cast_fp32_to_e4m3_sat(const float* d_in, Fp8E4M3* d_out, std::size_t n,
-                           KernelVersion v) {
+void cast_fp32_to_e4m3_sat(const float* d_in, Fp8E4M3* d_out, std::size_t n, KernelVersion v) {
   encode<ToE4m3Sat>(d_in, d_out, n, v, "cast_fp32_to_e4m3_sat");
 }
 void cast_e4m3_to_fp32(const Fp8E4M3* d_in, float* d_out, std::size_t n, KernelVersion v) {
   decode_all<ToE4m3Sat>(d_in, d_out, n, v, "cast_e4m3_to_fp32");
 }
-void cast_fp32_to_e5m2_sat(const float* d_in, Fp8E5M2* d_out, std::size_t n,
-                           KernelVersion v) {
+void cast_fp32_to_e5m2_sat(const float* d_in, Fp8E5M2* d_out, std::size_t n, KernelVersion v) {
   encode<ToE5m2Sat>(d_in, d_out, n, v, "cast_fp32_to_e5m2_sat");
 }
 void cast_e5m2_to_fp32(const Fp8E5M2* d_in, float* d_out, std::size_t n, KernelVersion v) {

@@ -16,8 +16,8 @@ namespace mpt::cuda::detail {
 /// Throw std::runtime_error naming `where` and CUDA's error when err is not cudaSuccess.
 inline void check(cudaError_t err, const char* where) {
   if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("mpt::cuda::") + where + ": " + cudaGetErrorName(err) +
-                             ": " + cudaGetErrorString(err));
+    throw std::runtime_error(std::string("mpt::cuda::") + where + ": " + cudaGetErrorName(err) + ": " +
+                             cudaGetErrorString(err));
   }
 }
 

@@ -22,8 +22,7 @@ static_assert(sizeof(std::uint64_t) == sizeof(unsigned long long), "atomicAdd ne
 
 constexpr unsigned int kThreads = 256;
 
-__device__ __forceinline__ void count_one(float x, const FormatSpec& f,
-                                          unsigned long long* counters) {
+__device__ __forceinline__ void count_one(float x, const FormatSpec& f, unsigned long long* counters) {
   atomicAdd(&counters[static_cast<int>(classify(x, f))], 1ull);
   const int k = log2_bin(x);
   if (k != kLog2BinNone) atomicAdd(&counters[kRangeClassCount + (k - kLog2BinMin)], 1ull);
@@ -78,17 +77,14 @@ unsigned int resident_blocks() {
   int device = 0;
   int sms = 0;
   detail::check(cudaGetDevice(&device), "range_counts");
-  detail::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                "range_counts");
+  detail::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "range_counts");
   return static_cast<unsigned int>(std::max(sms, 1)) * 8u;
 }
 
 // The counters' device buffer, freed on every path out of range_counts.
 struct DeviceCounters {
   unsigned long long* p = nullptr;
-  DeviceCounters() {
-    detail::check(cudaMalloc(&p, sizeof(RangeCounts)), "range_counts: cudaMalloc");
-  }
+  DeviceCounters() { detail::check(cudaMalloc(&p, sizeof(RangeCounts)), "range_counts: cudaMalloc"); }
   ~DeviceCounters() { cudaFree(p); }
   DeviceCounters(const DeviceCounters&) = delete;
   DeviceCounters& operator=(const DeviceCounters&) = delete;
@@ -99,7 +95,8 @@ struct DeviceCounters {
 RangeCounts range_counts(const float* d_x, std::size_t n, const FormatSpec& f, KernelVersion v) {
   const char* where = "range_counts";
   if (v != KernelVersion::simple && v != KernelVersion::vectorized) {
-    throw std::invalid_argument("mpt::cuda::range_counts: unknown KernelVersion (choices: simple, vectorized)");
+    throw std::invalid_argument(
+        "mpt::cuda::range_counts: unknown KernelVersion (choices: simple, vectorized)");
   }
   RangeCounts result;
   if (n == 0) return result;
@@ -107,13 +104,11 @@ RangeCounts range_counts(const float* d_x, std::size_t n, const FormatSpec& f, K
   DeviceCounters counters;
   detail::check(cudaMemset(counters.p, 0, sizeof(RangeCounts)), "range_counts: cudaMemset");
   if (v == KernelVersion::simple) {
-    range_counts_simple<<<detail::blocks_for(n, kThreads, where), kThreads>>>(d_x, n, f,
-                                                                              counters.p);
+    range_counts_simple<<<detail::blocks_for(n, kThreads, where), kThreads>>>(d_x, n, f, counters.p);
   } else {
     const bool vec4 = detail::aligned(d_x, sizeof(float4));
     const std::size_t work = vec4 ? std::max(n / 4, n % 4) : n;
-    const unsigned int blocks =
-        std::min(detail::blocks_for(work, kThreads, where), resident_blocks());
+    const unsigned int blocks = std::min(detail::blocks_for(work, kThreads, where), resident_blocks());
     if (vec4) {
       range_counts_shared<true><<<blocks, kThreads>>>(d_x, n, f, counters.p);
     } else {

@@ -2,8 +2,8 @@
 // mixed precision, fp16 inputs with FP32 accumulation (tensor cores come in
 // Chapter 6; these kernels use plain FMA units).
 // Depends on: mpt/round_element.hpp (fp32 -> fp16 for the fp16 output, the
-// CPU's rounding), mpt/codes.hpp (Fp16Code), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 -> fp32,
-// exact).
+// CPU's rounding), mpt/codes.hpp (Fp16Code), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 ->
+// fp32, exact).
 //
 // Shapes (row-major, contiguous): op(A) M x K, op(B) K x N, C M x N; A is
 // stored [M, K] or, transposed, [K, M]; B is stored [K, N] or [N, K].
@@ -40,39 +40,30 @@ struct Fp16 {
 // Fp16Code is a standard-layout struct whose only member is a uint16_t, with
 // its size and alignment (codes.hpp asserts it): a pointer to the code is a
 // pointer to its member, and an array of codes is an array of uint16_t.
-static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) &&
-                  alignof(Fp16Code) == alignof(std::uint16_t) &&
+static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) && alignof(Fp16Code) == alignof(std::uint16_t) &&
                   std::is_standard_layout_v<Fp16Code>,
               "Fp16Code must be exactly a uint16_t");
 const std::uint16_t* raw(const Fp16Code* p) { return reinterpret_cast<const std::uint16_t*>(p); }
 std::uint16_t* raw(Fp16Code* p) { return reinterpret_cast<std::uint16_t*>(p); }
 float* raw(float* p) { return p; }
 
-__device__ __forceinline__ float h2f(std::uint16_t code) {
-  return __half2float(__ushort_as_half(code));
-}
+__device__ __forceinline__ float h2f(std::uint16_t code) { return __half2float(__ushort_as_half(code)); }
 
 // op(A)[m][k] and op(B)[k][n] for either storage.
 template <bool kTransA>
-__device__ __forceinline__ float a_at(const std::uint16_t* __restrict__ a, int m, int k, int M,
-                                      int K) {
-  return h2f(kTransA ? a[static_cast<std::size_t>(k) * M + m]
-                     : a[static_cast<std::size_t>(m) * K + k]);
+__device__ __forceinline__ float a_at(const std::uint16_t* __restrict__ a, int m, int k, int M, int K) {
+  return h2f(kTransA ? a[static_cast<std::size_t>(k) * M + m] : a[static_cast<std::size_t>(m) * K + k]);
 }
 template <bool kTransB>
-__device__ __forceinline__ float b_at(const std::uint16_t* __restrict__ b, int k, int n, int K,
-                                      int N) {
-  return h2f(kTransB ? b[static_cast<std::size_t>(n) * K + k]
-                     : b[static_cast<std::size_t>(k) * N + n]);
+__device__ __forceinline__ float b_at(const std::uint16_t* __restrict__ b, int k, int n, int K, int N) {
+  return h2f(kTransB ? b[static_cast<std::size_t>(n) * K + k] : b[static_cast<std::size_t>(k) * N + n]);
 }
 
 __device__ __forceinline__ void store(float* c, std::size_t i, float v) { c[i] = v; }
 __device__ __forceinline__ void store(std::uint16_t* c, std::size_t i, float v) {
   constexpr FormatSpec f = Fp16::spec;
   c[i] = static_cast<std::uint16_t>(encode_exact(
-      round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity,
-                      SubnormalMode::keep),
-      f));
+      round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep), f));
 }
 
 // Version 1. Block (16, 16) threads, grid (ceil(N/16), ceil(M/16)); thread
@@ -137,8 +128,8 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
 }
 
 template <class Out>
-void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
-            const std::uint16_t* d_b, Out* d_c, GemmVersion v) {
+void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a, const std::uint16_t* d_b,
+            Out* d_c, GemmVersion v) {
   const char* where = "gemm_fp16";
   if (M < 0 || N < 0 || K < 0)
     throw std::invalid_argument("mpt::cuda::gemm_fp16: negative size (M=" + std::to_string(M) +
@@ -175,13 +166,13 @@ void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a,
 
 }  // namespace
 
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
-               const Fp16Code* d_b, float* d_c, GemmVersion v) {
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b, float* d_c,
+               GemmVersion v) {
   launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
 }
 
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
-               const Fp16Code* d_b, Fp16Code* d_c, GemmVersion v) {
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b,
+               Fp16Code* d_c, GemmVersion v) {
   launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
 }
 

@@ -45,13 +45,13 @@ enum class GemmVersion : int {
 /// the sum once": the result is bit for bit a CPU loop acc += a*b in the same
 /// order (NaN payloads aside). M, N, K >= 0; K == 0 gives zeros; M above
 /// 65535 * 16 = 1048560 (the grid's y limit) throws std::length_error. Queued.
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
-               const Fp16Code* d_b, float* d_c, GemmVersion v = GemmVersion::tiled);
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b, float* d_c,
+               GemmVersion v = GemmVersion::tiled);
 
 /// As above with C stored as fp16 codes: the FP32 sum rounded once to fp16
 /// (nearest-even, overflow to ±inf, subnormals kept, NaN → 0x7E00 with its
 /// sign), via round_element.hpp's round_to_format, as mpt::encode_array does.
-void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a,
-               const Fp16Code* d_b, Fp16Code* d_c, GemmVersion v = GemmVersion::tiled);
+void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b,
+               Fp16Code* d_c, GemmVersion v = GemmVersion::tiled);
 
 }  // namespace mpt::cuda

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "mpt/formats/format.hpp"
 #include "mpt/core/pitfall.hpp"
+#include "mpt/formats/format.hpp"
 
 namespace mpt::cli {
 
@@ -24,8 +24,7 @@ constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-1
 }  // namespace
 
 std::string not_a_number(const std::string& token, const std::string& which) {
-  return "cannot parse '" + token + "'" + (which.empty() ? "" : " " + which) + " as a number; " +
-         kNumberHint;
+  return "cannot parse '" + token + "'" + (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
 }
 
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {
@@ -83,10 +82,8 @@ std::string outcome_text(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
   char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 1e15)
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.7g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.7g", v);
   return buf;
 }
 
@@ -145,8 +142,7 @@ std::string choices_for(const std::string& message) {
   if (message.find("--mode") != std::string::npos) return "valid modes: rne, rtz, sr";
   if (message.find("--overflow") != std::string::npos) return "valid modes: inf, sat";
   if (message.find("--seed") != std::string::npos) return "the seed is an unsigned integer";
-  if (message.find("VALUE") != std::string::npos)
-    return std::string("give a number: ") + kNumberHint;
+  if (message.find("VALUE") != std::string::npos) return std::string("give a number: ") + kNumberHint;
   if (message.find("ID") != std::string::npos) return "valid ids: " + mpt::pitfall_registry().ids();
   return "";
 }
@@ -178,15 +174,12 @@ int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
   if (!stray.empty()) {
     const std::string& first = stray.front();
     const bool looks_like_option = first.size() > 1 && first[0] == '-' &&
-                                   !std::isdigit(static_cast<unsigned char>(first[1])) &&
-                                   first[1] != '.';
+                                   !std::isdigit(static_cast<unsigned char>(first[1])) && first[1] != '.';
     if (sub && !groups) {
-      message = std::string(looks_like_option ? "unknown option '" : "unexpected argument '") +
-                first + "'";
+      message = std::string(looks_like_option ? "unknown option '" : "unexpected argument '") + first + "'";
       choices = valid_options(*sub);
     } else {
-      message = std::string(looks_like_option ? "unknown option '" : "unknown subcommand '") +
-                first + "'";
+      message = std::string(looks_like_option ? "unknown option '" : "unknown subcommand '") + first + "'";
       choices = "valid subcommands: " + subcommand_names(sub ? *sub : app);
     }
   } else if (dynamic_cast<const CLI::RequiredError*>(&e) && (!sub || groups)) {

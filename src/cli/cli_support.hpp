@@ -47,10 +47,8 @@ bool parse_number(const std::string& token, T& out) {
   if (token.empty()) return false;
   const char* begin = token.c_str();
   char* end = nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    out = std::strtof(begin, &end);
-  else
-    out = std::strtod(begin, &end);
+  if constexpr (std::is_same_v<T, float>) out = std::strtof(begin, &end);
+  else out = std::strtod(begin, &end);
   return end == begin + token.size();
 }
 

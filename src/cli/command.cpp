@@ -76,9 +76,8 @@ void add_all_commands(CLI::App& app, Handlers& handlers) {
             [&rank](const Family& a, const Family& b) { return rank(a) < rank(b); });
   for (std::size_t i = 1; i < list.size(); ++i)
     if (rank(list[i - 1]) == rank(list[i]))
-      throw std::logic_error("command families '" + std::string(list[i - 1].name) + "' and '" +
-                             list[i].name + "' share the order key {" +
-                             std::to_string(list[i].key.chapter) + ", " +
+      throw std::logic_error("command families '" + std::string(list[i - 1].name) + "' and '" + list[i].name +
+                             "' share the order key {" + std::to_string(list[i].key.chapter) + ", " +
                              std::to_string(list[i].key.position) +
                              "}; give each family its own position in its chapter");
   for (const Family& f : list) f.add(app, handlers);
@@ -86,7 +85,8 @@ void add_all_commands(CLI::App& app, Handlers& handlers) {
   leaves(&app, all);
   for (const CLI::App* leaf : all)
     if (!handlers.has(leaf))
-      throw std::logic_error("'" + path_of(leaf) + "' has no handler; its family must call "
+      throw std::logic_error("'" + path_of(leaf) +
+                             "' has no handler; its family must call "
                              "handlers.on() for it");
 }
 

@@ -19,8 +19,8 @@
 
 namespace {
 
-using mpt::cli::UsageError;
 using mpt::cli::table;
+using mpt::cli::UsageError;
 
 // ---------------------------------------------------------------------------
 // Input.
@@ -38,8 +38,7 @@ std::vector<float> read_all_floats(std::istream& in) {
   while (in >> token) {
     float v = 0;
     if (!mpt::cli::parse_number(token, v))
-      throw UsageError(
-          mpt::cli::not_a_number(token, "(input " + std::to_string(values.size() + 1) + ")"));
+      throw UsageError(mpt::cli::not_a_number(token, "(input " + std::to_string(values.size() + 1) + ")"));
     values.push_back(v);
   }
   return values;
@@ -75,16 +74,15 @@ std::string power_with_decimal(double x) {
 // The subcommands.
 
 int cmd_formats() {
-  std::vector<std::vector<std::string>> rows = {
-      {"format", "p", "exp bits", "emin", "emax", "max", "min normal", "min subnormal", "epsilon",
-       "unit roundoff", "finite values", "inf", "bytes"}};
+  std::vector<std::vector<std::string>> rows = {{"format", "p", "exp bits", "emin", "emax", "max",
+                                                 "min normal", "min subnormal", "epsilon", "unit roundoff",
+                                                 "finite values", "inf", "bytes"}};
   for (const mpt::Format& f : mpt::all_formats()) {
     const mpt::Limits l = mpt::limits_of(f.spec);
-    rows.push_back({std::string(f.name), std::to_string(l.precision),
-                    std::to_string(f.spec.exponent_bits), std::to_string(l.emin),
-                    std::to_string(l.emax), mpt::shortest_decimal(static_cast<float>(l.max)),
-                    power_with_decimal(l.min_normal), power_with_decimal(l.min_subnormal),
-                    mpt::power_of_two_or_decimal(l.epsilon),
+    rows.push_back({std::string(f.name), std::to_string(l.precision), std::to_string(f.spec.exponent_bits),
+                    std::to_string(l.emin), std::to_string(l.emax),
+                    mpt::shortest_decimal(static_cast<float>(l.max)), power_with_decimal(l.min_normal),
+                    power_with_decimal(l.min_subnormal), mpt::power_of_two_or_decimal(l.epsilon),
                     mpt::power_of_two_or_decimal(l.unit_roundoff), std::to_string(l.finite_values),
                     l.has_inf ? "yes" : "no", std::to_string(l.storage_bytes)});
   }
@@ -106,9 +104,8 @@ int cmd_explain(const std::string& value_text, const std::string& format_name) {
   }
   // Every format side by side, one row each.
   std::cout << mpt::shortest_decimal(x) << " = " << mpt::exact_decimal(x) << " (exactly, as a double)\n\n";
-  std::vector<std::vector<std::string>> rows = {{"format", "stored", "bits (sign exponent mantissa)",
-                                                 "code", "outcome", "rel. error", "ulp",
-                                                 "next below", "next above"}};
+  std::vector<std::vector<std::string>> rows = {{"format", "stored", "bits (sign exponent mantissa)", "code",
+                                                 "outcome", "rel. error", "ulp", "next below", "next above"}};
   auto neighbour = [](const std::optional<float>& v) {
     return v ? mpt::shortest_decimal(*v) : std::string("none");
   };
@@ -174,7 +171,8 @@ int cmd_range(const std::string& format_name, const std::string& svg_path) {
 
 void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   // formats
-  auto* formats = app.add_subcommand("formats", "The limits table of every format, derived from its descriptor");
+  auto* formats =
+      app.add_subcommand("formats", "The limits table of every format, derived from its descriptor");
   handlers.on(formats, [] { return cmd_formats(); });
 
   // explain
@@ -206,9 +204,10 @@ void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->capture_default_str();
   round->add_option("--seed", r->seed, "seed of stochastic rounding")->capture_default_str();
   auto* saturate = round->add_flag("--saturate", r->saturate, "same as --overflow sat");
-  round->add_option("--overflow", r->overflow,
-                    "inf (IEEE) or sat (clamp to ±max); default: the format's convention (" +
-                        overflow_conventions() + ")")
+  round
+      ->add_option("--overflow", r->overflow,
+                   "inf (IEEE) or sat (clamp to ±max); default: the format's convention (" +
+                       overflow_conventions() + ")")
       ->excludes(saturate);
   round->add_flag("--flush-subnormals", r->flush, "results below min normal become ±0");
   handlers.on(round, [r] { return cmd_round(*r); });

@@ -12,12 +12,13 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // First, so that the families' option values outlive the app that writes them.
   mpt::cli::Handlers handlers;
-  CLI::App app{"mpt: mixed precision training, chapter by chapter. Formats, rounding and the "
-               "pitfall registry from the command line.",
-               "mpt"};
+  CLI::App app{
+      "mpt: mixed precision training, chapter by chapter. Formats, rounding and the "
+      "pitfall registry from the command line.",
+      "mpt"};
   app.require_subcommand(1);
   app.footer("Bad input exits with status 2 and one line on stderr.");
   try {
@@ -43,5 +44,8 @@ int main(int argc, char** argv) {
     std::cerr << "mpt: error: " << mpt::cli::one_line(e.what()) << "\n";
     return 1;
   }
-  return 2;  // unreachable: require_subcommand(1), and every leaf has a handler
+  return 2;      // unreachable: require_subcommand(1), and every leaf has a handler
+} catch (...) {  // setting up the app failed (out of memory, a CLI11 bug): still one line
+  std::cerr << "mpt: error: could not start\n";
+  return 1;
 }

@@ -20,10 +20,10 @@
 namespace {
 
 using Json = nlohmann::ordered_json;  // keeps outcomes in their display order
-using mpt::cli::UsageError;
 using mpt::cli::joined;
 using mpt::cli::outcome_text;
 using mpt::cli::table;
+using mpt::cli::UsageError;
 
 // ---------------------------------------------------------------------------
 // The subcommands.
@@ -39,9 +39,9 @@ std::vector<const mpt::Pitfall*> pitfalls_of_chapter(int chapter) {
     if (chapter == 0 || p.chapter == chapter) out.push_back(&p);
   }
   if (out.empty())
-    throw UsageError("--chapter " + std::to_string(chapter) +
-                     ": no pitfalls registered for that chapter; chapters with pitfalls: " +
-                     joined(chapters));
+    throw UsageError(
+        "--chapter " + std::to_string(chapter) +
+        ": no pitfalls registered for that chapter; chapters with pitfalls: " + joined(chapters));
   return out;
 }
 
@@ -118,8 +118,8 @@ std::string verdict_text(const mpt::Verdict& v) {
   for (const std::string& name : outcome_names(v)) {
     const mpt::Outcome* b = find_outcome(v.broken, name);
     const mpt::Outcome* f = find_outcome(v.fixed, name);
-    rows.push_back({name, b ? outcome_text(b->value) : "-", f ? outcome_text(f->value) : "-",
-                    b ? b->what : f->what});
+    rows.push_back(
+        {name, b ? outcome_text(b->value) : "-", f ? outcome_text(f->value) : "-", b ? b->what : f->what});
   }
   o << table(rows, "lrrl");
   if (!v.broken.explanation.empty()) o << "\nwhy (broken): " << v.broken.explanation << "\n";
@@ -143,10 +143,8 @@ std::string verdict_text(const mpt::Verdict& v) {
 int cmd_pitfall(const std::string& id, bool json) {
   const mpt::Pitfall& p = pitfall_or_usage_error(id);
   const mpt::Verdict v = mpt::run_pitfall(p);
-  if (json)
-    std::cout << verdict_json(v).dump(2) << "\n";
-  else
-    std::cout << verdict_text(v);
+  if (json) std::cout << verdict_json(v).dump(2) << "\n";
+  else std::cout << verdict_text(v);
   return v.reproduced() ? 0 : 1;
 }
 
@@ -160,8 +158,8 @@ int cmd_tour(bool json, int chapter) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f s", s);
-    std::cerr << (verdicts.back().reproduced() ? "reproduced" : "NOT REPRODUCED") << " (" << secs
-              << ")" << std::endl;
+    std::cerr << (verdicts.back().reproduced() ? "reproduced" : "NOT REPRODUCED") << " (" << secs << ")"
+              << std::endl;
   }
   bool all_ok = true;
   for (const auto& v : verdicts) all_ok = all_ok && v.reproduced();
@@ -175,18 +173,16 @@ int cmd_tour(bool json, int chapter) {
   std::size_t failed = 0;
   for (const auto& v : verdicts) {
     failed += !v.reproduced();
-    rows.push_back({v.pitfall->id, std::to_string(v.pitfall->chapter),
-                    v.symptom_shown() ? "✓" : "✗", v.fix_works() ? "✓" : "✗", v.pitfall->title});
+    rows.push_back({v.pitfall->id, std::to_string(v.pitfall->chapter), v.symptom_shown() ? "✓" : "✗",
+                    v.fix_works() ? "✓" : "✗", v.pitfall->title});
   }
   std::cout << table(rows, "lrccl") << "\n";
-  if (failed == 0)
-    std::cout << "all " << verdicts.size() << " pitfalls reproduced, and every fix works\n";
+  if (failed == 0) std::cout << "all " << verdicts.size() << " pitfalls reproduced, and every fix works\n";
   else
     std::cout << failed << " of " << verdicts.size()
               << " pitfalls did not reproduce; run 'mpt pitfall ID' for details\n";
   return all_ok ? 0 : 1;
 }
-
 
 // ---------------------------------------------------------------------------
 // Their command lines.

@@ -22,9 +22,9 @@
 
 namespace {
 
-using mpt::cli::UsageError;
 using mpt::cli::invalid_argument_is_usage_error;
 using mpt::cli::parse_integer;
+using mpt::cli::UsageError;
 
 struct ScalerArgs {
   std::string init_scale, growth_factor, backoff_factor, growth_interval;
@@ -45,8 +45,7 @@ float scaler_float_option(const std::string& name, const std::string& text) {
 /// strtod. Unlike --init-scale, a leading space is refused.
 double scaler_double_option(const std::string& name, const std::string& text) {
   double v = 0;
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
-      !mpt::cli::parse_number(text, v))
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || !mpt::cli::parse_number(text, v))
     throw UsageError(name + ": " + mpt::cli::not_a_number(text));
   return v;
 }
@@ -77,11 +76,11 @@ mpt::ScalerSimulationSpec scaler_spec(const ScalerArgs& a) {
   spec.steps = v;
 
   if (!a.overflow_at.empty() && !a.overflow_prob.empty())
-    throw UsageError(std::string("--overflow-at and --overflow-prob cannot be combined; ") +
-                     kOverflowChoice);
+    throw UsageError(std::string("--overflow-at and --overflow-prob cannot be combined; ") + kOverflowChoice);
   if (!a.seed.empty() && a.overflow_prob.empty())
-    throw UsageError("--seed applies only to --overflow-prob; give --overflow-prob P with it, or "
-                     "drop --seed");
+    throw UsageError(
+        "--seed applies only to --overflow-prob; give --overflow-prob P with it, or "
+        "drop --seed");
   if (!a.overflow_at.empty()) {
     std::string item;
     std::istringstream items(a.overflow_at);
@@ -137,8 +136,8 @@ int cmd_scaler_simulate(const ScalerArgs& a) {
 // Its command line.
 
 void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
-  auto* scaler = app.add_subcommand("scaler", "Chapter 2's GradScaler from the command line")
-                     ->require_subcommand(1);
+  auto* scaler =
+      app.add_subcommand("scaler", "Chapter 2's GradScaler from the command line")->require_subcommand(1);
   auto a = std::make_shared<ScalerArgs>();
   const mpt::GradScaler::Options defaults;
   auto* simulate = scaler->add_subcommand(
@@ -150,27 +149,31 @@ void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   simulate->add_option("--init-scale", a->init_scale, "the first scale")
       ->default_str(mpt::shortest_decimal(defaults.init_scale))
       ->type_name("FLOAT");
-  simulate->add_option("--growth-factor", a->growth_factor,
-                       "scale *= this after growth_interval clean steps (> 1)")
+  simulate
+      ->add_option("--growth-factor", a->growth_factor,
+                   "scale *= this after growth_interval clean steps (> 1)")
       ->default_str(mpt::shortest_decimal(defaults.growth_factor))
       ->type_name("FLOAT");
-  simulate->add_option("--backoff-factor", a->backoff_factor,
-                       "scale *= this after an overflow (between 0 and 1)")
+  simulate
+      ->add_option("--backoff-factor", a->backoff_factor, "scale *= this after an overflow (between 0 and 1)")
       ->default_str(mpt::shortest_decimal(defaults.backoff_factor))
       ->type_name("FLOAT");
-  simulate->add_option("--growth-interval", a->growth_interval,
-                       "clean steps in a row before the scale grows (>= 1)")
+  simulate
+      ->add_option("--growth-interval", a->growth_interval,
+                   "clean steps in a row before the scale grows (>= 1)")
       ->default_str(std::to_string(defaults.growth_interval))
       ->type_name("INT");
-  simulate->add_option("--steps", a->steps,
-                       "iterations to simulate, 1 to " + std::to_string(mpt::kMaxScalerSimulationSteps) +
-                           " (required)")
+  simulate
+      ->add_option(
+          "--steps", a->steps,
+          "iterations to simulate, 1 to " + std::to_string(mpt::kMaxScalerSimulationSteps) + " (required)")
       ->type_name("K");
-  simulate->add_option("--overflow-at", a->overflow_at,
-                       "overflowing steps, 1-based, separated by commas: 3,7,8")
+  simulate
+      ->add_option("--overflow-at", a->overflow_at, "overflowing steps, 1-based, separated by commas: 3,7,8")
       ->type_name("LIST");
-  simulate->add_option("--overflow-prob", a->overflow_prob,
-                       "instead: each step overflows with this probability (0 to 1)")
+  simulate
+      ->add_option("--overflow-prob", a->overflow_prob,
+                   "instead: each step overflows with this probability (0 to 1)")
       ->type_name("P");
   simulate->add_option("--seed", a->seed, "seed of the --overflow-prob draw")
       ->default_str("0")
@@ -179,10 +182,12 @@ void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                      "the same rows as JSON: {\"options\", \"steps\", \"overflow_at\" (or "
                      "\"overflow_probability\" and \"seed\"), \"rows\": [{\"step\", \"overflow\", "
                      "\"scale\", \"growth_tracker\", \"skipped\"}], \"skipped_steps\", \"final_scale\"}");
-  simulate->add_option("--plot", a->plot,
-                       "also draw the scale against the step (log2 axis), overflows marked, as an SVG "
-                       "at this path, up to " + std::to_string(mpt::kMaxPlottedSteps) +
-                           " steps (drawn by the library: same bytes on every machine)")
+  simulate
+      ->add_option("--plot", a->plot,
+                   "also draw the scale against the step (log2 axis), overflows marked, as an SVG "
+                   "at this path, up to " +
+                       std::to_string(mpt::kMaxPlottedSteps) +
+                       " steps (drawn by the library: same bytes on every machine)")
       ->type_name("FILE.svg");
   handlers.on(simulate, [a] { return cmd_scaler_simulate(*a); });
 }

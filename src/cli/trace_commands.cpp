@@ -12,8 +12,8 @@
 #include <iostream>
 #include <limits>
 #include <memory>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,8 +26,8 @@
 
 namespace {
 
-using mpt::cli::UsageError;
 using mpt::cli::joined;
+using mpt::cli::UsageError;
 
 /// The models `mpt trace` knows (later chapters add theirs).
 const std::vector<std::string> kModels = {"mlp"};
@@ -61,7 +61,8 @@ std::vector<int> parse_sizes(const std::string& text) {
   for (const std::string& item : split_commas(text)) {
     long long v = 0;
     if (!mpt::cli::parse_integer(item, 1, 65536, v))
-      throw UsageError("--sizes: '" + item + "' is not a layer size; give whole numbers from 1 to 65536 "
+      throw UsageError("--sizes: '" + item +
+                       "' is not a layer size; give whole numbers from 1 to 65536 "
                        "separated by commas, inputs first, e.g. --sizes 8,32,32,4");
     sizes.push_back(static_cast<int>(v));
   }
@@ -115,7 +116,8 @@ Setup setup_of(const TraceArgs& a) {
       bool found = false;
       for (const std::string& q : valid) found = found || q == p;
       if (!found)
-        throw UsageError("--keep-f32: '" + p + "' is not a layer of this model; valid layers: " + joined(valid));
+        throw UsageError("--keep-f32: '" + p +
+                         "' is not a layer of this model; valid layers: " + joined(valid));
     }
     s.config.policy = std::make_shared<mpt::KeepF32Policy>(mpt::uniform_policy(s.config.dtype), keep);
   }
@@ -162,7 +164,8 @@ int cmd_trace(const TraceArgs& a) {
     return 0;
   }
   std::cout << "mpt trace: " << title << "\n\n" << mpt::render_text(trace);
-  std::vector<std::vector<std::string>> rows = {{"parameter", "shape", "model copy", "bytes", "master", "grad"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"parameter", "shape", "model copy", "bytes", "master", "grad"}};
   for (const mpt::Parameter* p : net.parameters())
     rows.push_back({p->name, mpt::shape_string(p->master.shape()),
                     std::string(mpt::dtype_name(p->model_dtype())) +
@@ -184,21 +187,32 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "per op and per cast at an op boundary (what it read, the dtype it computed in, what it wrote and "
       "how many bytes), then every parameter's model copy, master and gradient.");
   trace->add_option("--model", a->model, "the model: " + joined(kModels))->capture_default_str();
-  trace->add_option("--sizes", a->sizes, "the MLP's layer sizes, inputs first")->capture_default_str()->type_name("LIST");
+  trace->add_option("--sizes", a->sizes, "the MLP's layer sizes, inputs first")
+      ->capture_default_str()
+      ->type_name("LIST");
   trace->add_option("--activation", a->activation, "between the Linear layers: " + joined(kActivations))
       ->capture_default_str();
-  trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())->capture_default_str();
-  trace->add_option("--keep-f32", a->keep_f32,
-                    "layers kept in f32 inside the uniform policy (KeepF32Policy), by path, e.g. fc3 or fc1,fc3")
+  trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())
+      ->capture_default_str();
+  trace
+      ->add_option(
+          "--keep-f32", a->keep_f32,
+          "layers kept in f32 inside the uniform policy (KeepF32Policy), by path, e.g. fc3 or fc1,fc3")
       ->type_name("PATHS");
-  trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")->capture_default_str()->type_name("N");
-  trace->add_option("--seed", a->seed, "seed of the weights and the batch")->capture_default_str()->type_name("N");
+  trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")
+      ->capture_default_str()
+      ->type_name("N");
+  trace->add_option("--seed", a->seed, "seed of the weights and the batch")
+      ->capture_default_str()
+      ->type_name("N");
   trace->add_flag("--forward-only", a->forward_only, "trace the forward pass and the loss only");
   trace->add_flag("--json", a->json,
                   "the same as JSON: {\"model\", \"policy\", \"trace\": {\"entries\": [{\"phase\", \"path\", "
                   "\"op\", \"inputs\", \"compute\", \"outputs\", \"bytes_written\"}], \"casts\", "
                   "\"cast_bytes\"}, \"parameters\", \"activation_bytes\"}");
-  trace->add_option("--dot", a->dot, "also write the trace as a Graphviz graph to this file (written atomically)")
+  trace
+      ->add_option("--dot", a->dot,
+                   "also write the trace as a Graphviz graph to this file (written atomically)")
       ->type_name("FILE.dot");
   handlers.on(trace, [a] { return cmd_trace(*a); });
 }

@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
     for (V v : {V::simple, V::vectorized}) {
       const float ms = median_ms([&] { c.run(v); });
       const double gbps = c.bytes_per_elem * n / (ms * 1e6);
-      std::printf("%-24s %-10s %9.3f %9.1f %9.2f\n", c.name, v == V::simple ? "simple" : "vectorized",
-                  ms, gbps, gbps / memcpy_gbps);
+      std::printf("%-24s %-10s %9.3f %9.1f %9.2f\n", c.name, v == V::simple ? "simple" : "vectorized", ms,
+                  gbps, gbps / memcpy_gbps);
     }
   cudaFree(d_in);
   cudaFree(d_copy);

@@ -36,7 +36,7 @@ struct Buffers {
   std::vector<mpt::Fp8E4M3> e4;
   std::vector<mpt::Fp8E5M2> e5;
   explicit Buffers(std::size_t n) : in(n), out(n), h(n), b(n), e4(n), e5(n) {
-    bench::fill_wide_range(in);  // every branch of the rounding is exercised
+    bench::fill_wide_range(in);                     // every branch of the rounding is exercised
     std::memset(out.data(), 0, n * sizeof(float));  // touch pages before timing
     std::memset(h.data(), 0, n * 2);
     std::memset(b.data(), 0, n * 2);
@@ -99,18 +99,19 @@ int main(int argc, char** argv) {
   bench::initialize(argc, argv, g_n);
 
   const char* fmts[] = {"fp16", "bf16", "e4m3", "e5m2", "tf32"};
-  const std::pair<const char*, mpt::RoundingMode> modes[] = {
-      {"rne", mpt::RoundingMode::nearest_even},
-      {"rtz", mpt::RoundingMode::toward_zero},
-      {"sr", mpt::RoundingMode::stochastic}};
+  const std::pair<const char*, mpt::RoundingMode> modes[] = {{"rne", mpt::RoundingMode::nearest_even},
+                                                             {"rtz", mpt::RoundingMode::toward_zero},
+                                                             {"sr", mpt::RoundingMode::stochastic}};
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)->Unit(benchmark::kMillisecond);
   for (const char* f : fmts)
     for (const auto& [mname, mode] : modes) {
-      benchmark::RegisterBenchmark((std::string("round/") + f + "/" + mname + "/f32").c_str(),
-                                   round_f32, f, mode)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark((std::string("round/") + f + "/" + mname + "/f32").c_str(), round_f32, f,
+                                   mode)
+          ->Unit(benchmark::kMillisecond);
       if (std::string(f) != "tf32")
         benchmark::RegisterBenchmark((std::string("round/") + f + "/" + mname + "/store").c_str(),
-                                     round_store, f, mode)->Unit(benchmark::kMillisecond);
+                                     round_store, f, mode)
+            ->Unit(benchmark::kMillisecond);
     }
   bench::RatioReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
@@ -119,8 +120,8 @@ int main(int argc, char** argv) {
   std::printf("\nn = %zu floats, one core, AVX2 path %s\n", g_n,
               mpt::avx2_available() ? "on" : "off (portable loop)");
   std::printf("memcpy of the same input: %.2f GB/s of input copied\n\n", memcpy_gbps);
-  std::printf("%-6s %-4s %-6s %9s %9s %8s  %s\n", "format", "mode", "output", "GB/s",
-              "x memcpy", "target", "verdict");
+  std::printf("%-6s %-4s %-6s %9s %9s %8s  %s\n", "format", "mode", "output", "GB/s", "x memcpy", "target",
+              "verdict");
   for (const auto& [name, g] : rep.gbps) {
     if (name == "memcpy" || memcpy_gbps <= 0) continue;
     // name: round/FMT/MODE/OUT
@@ -130,8 +131,8 @@ int main(int argc, char** argv) {
     const std::string mode = tail.substr(0, tail.find('/'));
     const std::string out = tail.substr(mode.size() + 1);
     const double ratio = g / memcpy_gbps, target = target_for(fmt, mode);
-    std::printf("%-6s %-4s %-6s %9.2f %9.2f %8s  %s\n", fmt.c_str(), mode.c_str(), out.c_str(), g,
-                ratio, target > 0 ? (std::to_string(target).substr(0, 4) + "x").c_str() : "-",
+    std::printf("%-6s %-4s %-6s %9.2f %9.2f %8s  %s\n", fmt.c_str(), mode.c_str(), out.c_str(), g, ratio,
+                target > 0 ? (std::to_string(target).substr(0, 4) + "x").c_str() : "-",
                 target <= 0 ? "" : (ratio >= target ? "meets target" : "BELOW target"));
   }
   benchmark::Shutdown();

@@ -97,8 +97,8 @@ void BM_step(benchmark::State& st, mpt::DType p, bool scaled, const char* name) 
   for (auto _ : st) loss += r.step();
   benchmark::DoNotOptimize(loss);
   st.counters["act_bytes"] = g_activation_bytes[name];
-  st.counters["steps/s"] = benchmark::Counter(static_cast<double>(st.iterations()),
-                                              benchmark::Counter::kIsRate);
+  st.counters["steps/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 /// Console output as usual, plus each benchmark's fastest CPU time per step
@@ -141,8 +141,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::DType::f32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond)
       ->Repetitions(g_repetitions);
-  benchmark::RegisterBenchmark("step/fp16+scaler", BM_step, mpt::DType::f16, true,
-                               "step/fp16+scaler")
+  benchmark::RegisterBenchmark("step/fp16+scaler", BM_step, mpt::DType::f16, true, "step/fp16+scaler")
       ->Unit(benchmark::kMillisecond)
       ->Repetitions(g_repetitions);
   benchmark::RegisterBenchmark("step/bf16", BM_step, mpt::DType::bf16, false, "step/bf16")
@@ -153,8 +152,9 @@ int main(int argc, char** argv) {
 
   std::string sizes;
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
-  std::printf("\nMLP %s (ReLU), batch %d, SGD momentum 0.9, one core; time: the fastest of the repetitions\n\n",
-              sizes.c_str(), g_batch);
+  std::printf(
+      "\nMLP %s (ReLU), batch %d, SGD momentum 0.9, one core; time: the fastest of the repetitions\n\n",
+      sizes.c_str(), g_batch);
   std::printf("%-12s %9s %8s %8s  %-13s %11s %8s %8s  %s\n", "run", "ms/step", "x fp32", "target", "verdict",
               "act. bytes", "x fp32", "target", "verdict");
   const double t32 = rep.ms.count("step/fp32") ? rep.ms["step/fp32"] : 0.0;

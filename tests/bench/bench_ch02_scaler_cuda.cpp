@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
   bench::fill_gradients(host);  // finite gradients, |x| in [2^-20, 2^4)
   float *d_g = nullptr, *d_copy = nullptr, *d_params = nullptr;
   std::int32_t* d_tracker = nullptr;
-  check(cudaMalloc(&d_g, n * 4), "cudaMalloc");
-  check(cudaMalloc(&d_copy, n * 4), "cudaMalloc");
-  check(cudaMalloc(&d_params, 4 * 4), "cudaMalloc");
+  check(cudaMalloc(&d_g, n * sizeof(float)), "cudaMalloc");
+  check(cudaMalloc(&d_copy, n * sizeof(float)), "cudaMalloc");
+  check(cudaMalloc(&d_params, 4 * sizeof(float)), "cudaMalloc");
   check(cudaMalloc(&d_tracker, 4), "cudaMalloc");
-  check(cudaMemcpy(d_g, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(d_g, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   // d_params: inverse scales 2^-10 and 2^+10 (alternated so the data stays
   // put), found_inf, scale.
   const float params[4] = {0x1p-10f, 0x1p+10f, 0.0f, 65536.0f};
@@ -73,8 +73,18 @@ int main(int argc, char** argv) {
   check(cudaMemset(d_tracker, 0, 4), "cudaMemset");
 
   // Mixed sizes as in the CPU benchmark: weights, biases, odd shapes.
-  const std::size_t pattern[] = {4096 * 1024, 4096, 1024 * 1024, 1024, 1000003, 7,
-                                 257,         65541, 512 * 384,  384,  3,       2000001};
+  const std::size_t pattern[] = {std::size_t{4096} * 1024,
+                                 4096,
+                                 std::size_t{1024} * 1024,
+                                 1024,
+                                 1000003,
+                                 7,
+                                 257,
+                                 65541,
+                                 std::size_t{512} * 384,
+                                 384,
+                                 3,
+                                 2000001};
   std::vector<mpt::cuda::DeviceTensor> tensors;
   for (std::size_t at = 0, k = 0; at < n;) {
     const std::size_t size = std::min(pattern[k++ % 12], n - at);
@@ -83,19 +93,18 @@ int main(int argc, char** argv) {
   }
   const mpt::cuda::DeviceTensorList list(tensors);
 
-  const float memcpy_ms = median_ms(
-      [&] { check(cudaMemcpy(d_copy, d_g, n * 4, cudaMemcpyDeviceToDevice), "memcpy"); });
+  const float memcpy_ms =
+      median_ms([&] { check(cudaMemcpy(d_copy, d_g, n * 4, cudaMemcpyDeviceToDevice), "memcpy"); });
   const double memcpy_gbps = 2.0 * n * 4 / (memcpy_ms * 1e6);
-  std::printf("device %s (sm_%d%d, %d SMs, %.0f MHz), n = %zu floats in %zu tensors\n", prop.name,
-              prop.major, prop.minor, prop.multiProcessorCount, clock_khz / 1e3, n, tensors.size());
+  std::printf("device %s (sm_%d%d, %d SMs, %.0f MHz), n = %zu floats in %zu tensors\n", prop.name, prop.major,
+              prop.minor, prop.multiProcessorCount, clock_khz / 1e3, n, tensors.size());
   std::printf("cudaMemcpy device-to-device: %.1f GB/s (read + write)\n\n", memcpy_gbps);
   std::printf("%-28s %-10s %9s %9s %9s\n", "kernel", "version", "ms", "GB/s", "x memcpy");
   using V = mpt::cuda::KernelVersion;
   for (V v : {V::simple, V::vectorized}) {
     int flip = 0;
-    const float ms = median_ms([&] {
-      mpt::cuda::unscale_and_check(list, d_params + (flip ^= 1), d_params + 2, v);
-    });
+    const float ms =
+        median_ms([&] { mpt::cuda::unscale_and_check(list, d_params + (flip ^= 1), d_params + 2, v); });
     const double gbps = 8.0 * n / (ms * 1e6);
     std::printf("%-28s %-10s %9.3f %9.1f %9.2f\n", "unscale_and_check (fused)",
                 v == V::simple ? "simple" : "vectorized", ms, gbps, gbps / memcpy_gbps);
@@ -114,13 +123,11 @@ int main(int argc, char** argv) {
 
   // --- gemm_fp16 --------------------------------------------------------------
   const double peak_tflops = static_cast<double>(prop.multiProcessorCount) *
-                             fp32_lanes_per_sm(prop.major, prop.minor) * 2.0 * clock_khz * 1e3 /
-                             1e12;
+                             fp32_lanes_per_sm(prop.major, prop.minor) * 2.0 * clock_khz * 1e3 / 1e12;
   std::printf("\nFP32 FMA roofline: %d SMs x %d lanes x 2 x %.0f MHz = %.1f TFLOP/s\n",
               prop.multiProcessorCount, fp32_lanes_per_sm(prop.major, prop.minor), clock_khz / 1e3,
               peak_tflops);
-  std::printf("%-32s %-6s %9s %9s %9s\n", "gemm_fp16 (fp32 out)", "kernel", "ms", "TFLOP/s",
-              "x peak");
+  std::printf("%-32s %-6s %9s %9s %9s\n", "gemm_fp16 (fp32 out)", "kernel", "ms", "TFLOP/s", "x peak");
   using mpt::cuda::Trans;
   struct Case {
     const char* name;
@@ -150,12 +157,11 @@ int main(int argc, char** argv) {
     char label[96];
     std::snprintf(label, sizeof label, "%s %dx%dx%d", c.name, c.M, c.N, c.K);
     for (auto v : {mpt::cuda::GemmVersion::naive, mpt::cuda::GemmVersion::tiled}) {
-      const float ms = median_ms(
-          [&] { mpt::cuda::gemm_fp16(c.ta, c.tb, c.M, c.N, c.K, d_a, d_b, d_c, v); }, small ? 3 : 7);
+      const float ms = median_ms([&] { mpt::cuda::gemm_fp16(c.ta, c.tb, c.M, c.N, c.K, d_a, d_b, d_c, v); },
+                                 small ? 3 : 7);
       const double tflops = 2.0 * c.M * c.N * c.K / (ms * 1e9);
       std::printf("%-32s %-6s %9.3f %9.2f %9.3f\n", label,
-                  v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled", ms, tflops,
-                  tflops / peak_tflops);
+                  v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled", ms, tflops, tflops / peak_tflops);
     }
   }
   check(cudaDeviceSynchronize(), "kernels");

@@ -44,12 +44,22 @@ struct Buffers {
   std::vector<float> grads, out;
   mpt::TensorList list;
   explicit Buffers(std::size_t n) : grads(n), out(n) {
-    bench::fill_gradients(grads);  // finite, |x| in [2^-20, 2^4)
+    bench::fill_gradients(grads);                   // finite, |x| in [2^-20, 2^4)
     std::memset(out.data(), 0, n * sizeof(float));  // touch pages before timing
     // An MLP-like mix of sizes (weights, biases, odd shapes), repeated until
     // N is used up; the last tensor takes what is left.
-    const std::size_t pattern[] = {4096 * 1024, 4096, 1024 * 1024, 1024, 1000003, 7,
-                                   257,         65541, 512 * 384,  384,  3,       2000001};
+    const std::size_t pattern[] = {std::size_t{4096} * 1024,
+                                   4096,
+                                   std::size_t{1024} * 1024,
+                                   1024,
+                                   1000003,
+                                   7,
+                                   257,
+                                   65541,
+                                   std::size_t{512} * 384,
+                                   384,
+                                   3,
+                                   2000001};
     std::size_t at = 0, k = 0;
     while (at < n) {
       const std::size_t size = std::min(pattern[k++ % (sizeof pattern / sizeof pattern[0])], n - at);
@@ -76,8 +86,7 @@ void BM_unscale(benchmark::State& st, mpt::Implementation impl) {
   for (auto _ : st) {
     const float inv = flip ? 0x1p+10f : 0x1p-10f;
     flip = !flip;
-    found |= kFused ? mpt::unscale_and_check(b.list, inv, impl)
-                    : mpt::unscale_then_check(b.list, inv, impl);
+    found |= kFused ? mpt::unscale_and_check(b.list, inv, impl) : mpt::unscale_then_check(b.list, inv, impl);
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(found);
@@ -86,17 +95,14 @@ void BM_unscale(benchmark::State& st, mpt::Implementation impl) {
   st.counters["tensors"] = static_cast<double>(b.list.size());
 }
 
-const char* verdict(double ratio, double target) {
-  return ratio >= target ? "meets target" : "BELOW target";
-}
+const char* verdict(double ratio, double target) { return ratio >= target ? "meets target" : "BELOW target"; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::initialize(argc, argv, g_n);
 
-  std::vector<std::pair<const char*, mpt::Implementation>> impls{
-      {"portable", mpt::Implementation::portable}};
+  std::vector<std::pair<const char*, mpt::Implementation>> impls{{"portable", mpt::Implementation::portable}};
   if (mpt::avx2_available()) impls.insert(impls.begin(), {"avx2", mpt::Implementation::avx2});
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)->Unit(benchmark::kMillisecond);
   for (const auto& [name, impl] : impls) {
@@ -113,8 +119,7 @@ int main(int argc, char** argv) {
   std::printf("\nn = %zu floats in %zu tensors of mixed sizes, one core, AVX2 path %s\n", g_n,
               buffers().list.size(), mpt::avx2_available() ? "on" : "off (portable loop)");
   std::printf("memcpy of the same input: %.2f GB/s of input copied\n\n", memcpy_gbps);
-  std::printf("%-9s %-9s %8s %9s %8s  %s\n", "variant", "impl", "GB/s", "x memcpy", "target",
-              "verdict");
+  std::printf("%-9s %-9s %8s %9s %8s  %s\n", "variant", "impl", "GB/s", "x memcpy", "target", "verdict");
   for (const auto& [name, impl] : impls) {
     (void)impl;
     for (const char* variant : {"fused", "two-pass"}) {
@@ -122,12 +127,11 @@ int main(int argc, char** argv) {
       if (!rep.gbps.count(key) || memcpy_gbps <= 0) continue;
       const double g = rep.gbps[key], ratio = g / memcpy_gbps;
       const bool fused = std::string(variant) == "fused";
-      std::printf("%-9s %-9s %8.2f %9.2f %8s  %s\n", variant, name, g, ratio,
-                  fused ? "0.60x" : "-", fused ? verdict(ratio, kTargetMemcpy) : "");
+      std::printf("%-9s %-9s %8.2f %9.2f %8s  %s\n", variant, name, g, ratio, fused ? "0.60x" : "-",
+                  fused ? verdict(ratio, kTargetMemcpy) : "");
     }
   }
-  std::printf("\n%-9s %-30s %8s  %s\n", "impl", "fused vs two-pass (time ratio)", "target",
-              "verdict");
+  std::printf("\n%-9s %-30s %8s  %s\n", "impl", "fused vs two-pass (time ratio)", "target", "verdict");
   for (const auto& [name, impl] : impls) {
     (void)impl;
     const std::string f = std::string("fused/") + name, t = std::string("two-pass/") + name;

@@ -11,9 +11,7 @@ namespace bench {
 
 /// The next state of a 64-bit LCG (Knuth's MMIX constants): cheap, and the
 /// same sequence everywhere.
-inline std::uint64_t lcg_next(std::uint64_t s) {
-  return s * 6364136223846793005ull + 1442695040888963407ull;
-}
+inline std::uint64_t lcg_next(std::uint64_t s) { return s * 6364136223846793005ull + 1442695040888963407ull; }
 
 /// Values spread over 48 binades, |x| in [2^-30, 2^18), random signs: fp16's
 /// whole range and beyond, so every branch of a rounding (normal, subnormal,

@@ -87,8 +87,8 @@ void check_every_code(const char* name, const FormatSpec& f) {
   std::uint32_t nan_codes = 0, mismatches = 0;
   for (std::uint32_t c = 0; c < n; ++c) {
     const float v = decode(c, f);
-    const float r = round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity,
-                                    SubnormalMode::keep);
+    const float r =
+        round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep);
     const std::uint32_t back = encode_exact(r, f);
     if (is_nan_code(c, f)) {
       ++nan_codes;

@@ -65,9 +65,8 @@ TEST_CASE("every registered pitfall shows its symptom and its fix") {
 
 TEST_CASE("chapter 1 registers its five pitfalls, in order") {
   const Registry& registry = mpt::pitfall_registry();
-  const std::vector<std::string> expected = {"fp16-overflow", "fp16-lost-update",
-                                             "fp16-sum-stagnation", "fp16-gradient-underflow",
-                                             "fp16-vs-bf16"};
+  const std::vector<std::string> expected = {"fp16-overflow", "fp16-lost-update", "fp16-sum-stagnation",
+                                             "fp16-gradient-underflow", "fp16-vs-bf16"};
   std::vector<std::string> chapter1;
   for (const Pitfall& p : registry.all())
     if (p.chapter == 1) chapter1.push_back(p.id);
@@ -105,10 +104,8 @@ TEST_CASE("chapter 1: the checks can fail") {
       const RunResult broken = p.broken(), fixed = p.fixed();
       const auto symptom_on_fixed = mpt::evaluate_checks(p.symptom, fixed);
       const auto cure_on_broken = mpt::evaluate_checks(p.cure, broken);
-      CHECK_MESSAGE(any_fails(symptom_on_fixed),
-                    p.id << ": every symptom check also holds on the FIXED run");
-      CHECK_MESSAGE(any_fails(cure_on_broken),
-                    p.id << ": every cure check also holds on the BROKEN run");
+      CHECK_MESSAGE(any_fails(symptom_on_fixed), p.id << ": every symptom check also holds on the FIXED run");
+      CHECK_MESSAGE(any_fails(cure_on_broken), p.id << ": every cure check also holds on the BROKEN run");
       // A check must fail because its predicate is false, not because it
       // reads an outcome the other run lacks.
       for (const auto* checks : {&symptom_on_fixed, &cure_on_broken})
@@ -166,35 +163,29 @@ TEST_CASE("registry: add validates the entry") {
     CHECK(r.all().size() == 1);
   }
   SUBCASE("ids that are not kebab-case are rejected") {
-    for (const char* bad : {"", "Fp16-overflow", "fp16_overflow", "fp16 overflow", "-fp16",
-                            "fp16-", "fp16--overflow", "fp16.overflow", "fp16/overflow"}) {
+    for (const char* bad : {"", "Fp16-overflow", "fp16_overflow", "fp16 overflow", "-fp16", "fp16-",
+                            "fp16--overflow", "fp16.overflow", "fp16/overflow"}) {
       INFO("id '" << bad << "'");
-      CHECK_THROWS_WITH_AS(r.add(sample(bad)), doctest::Contains("kebab-case"),
-                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(r.add(sample(bad)), doctest::Contains("kebab-case"), std::invalid_argument);
     }
     CHECK_NOTHROW(r.add(sample("e4m3-scale-2")));
   }
   SUBCASE("an entry without runs or checks is rejected") {
     Pitfall no_broken = sample("no-broken");
     no_broken.broken = nullptr;
-    CHECK_THROWS_WITH_AS(r.add(no_broken), doctest::Contains("no broken run"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(r.add(no_broken), doctest::Contains("no broken run"), std::invalid_argument);
     Pitfall no_fixed = sample("no-fixed");
     no_fixed.fixed = nullptr;
-    CHECK_THROWS_WITH_AS(r.add(no_fixed), doctest::Contains("no fixed run"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(r.add(no_fixed), doctest::Contains("no fixed run"), std::invalid_argument);
     Pitfall no_symptom = sample("no-symptom");
     no_symptom.symptom.clear();
-    CHECK_THROWS_WITH_AS(r.add(no_symptom), doctest::Contains("no symptom check"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(r.add(no_symptom), doctest::Contains("no symptom check"), std::invalid_argument);
     Pitfall no_cure = sample("no-cure");
     no_cure.cure.clear();
-    CHECK_THROWS_WITH_AS(r.add(no_cure), doctest::Contains("no cure check"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(r.add(no_cure), doctest::Contains("no cure check"), std::invalid_argument);
     Pitfall empty_predicate = sample("empty-predicate");
     empty_predicate.cure.push_back(Check{"holds somehow", nullptr});
-    CHECK_THROWS_WITH_AS(r.add(empty_predicate), doctest::Contains("no predicate"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(r.add(empty_predicate), doctest::Contains("no predicate"), std::invalid_argument);
     CHECK(r.all().size() == 1);
   }
 }
@@ -241,8 +232,8 @@ TEST_CASE("run_pitfall: a run that throws is reported as failed, not a crash") {
   }
   SUBCASE("a check that throws counts as failed and says why") {
     Pitfall q = sample("throwing-check");
-    q.symptom.push_back(Check{"reads a missing outcome",
-                              [](const RunResult& r) { return r.get("missing") > 0; }});
+    q.symptom.push_back(
+        Check{"reads a missing outcome", [](const RunResult& r) { return r.get("missing") > 0; }});
     const mpt::Verdict w = mpt::run_pitfall(q);
     CHECK_FALSE(w.symptom_shown());
     REQUIRE(w.symptom_checks.size() == 2);

@@ -30,7 +30,8 @@ const Format& F(const char* n) { return format_named(n); }
 float oracle(float x, const Format& f, RoundingMode mode, OverflowMode ov) {
   if (std::isnan(x)) return std::copysign(NAN, x);
   const Limits l = limits_of(f.spec);
-  if (std::isinf(x)) return ov == OverflowMode::saturate ? std::copysign(static_cast<float>(l.max), x) : (l.has_inf ? x : NAN);
+  if (std::isinf(x))
+    return ov == OverflowMode::saturate ? std::copysign(static_cast<float>(l.max), x) : (l.has_inf ? x : NAN);
   if (x == 0) return x;
   const double ax = std::fabs(static_cast<double>(x));
   int e;
@@ -47,12 +48,35 @@ float oracle(float x, const Format& f, RoundingMode mode, OverflowMode ov) {
 }
 
 std::vector<float> boundary_values() {
-  std::vector<float> v{0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX,
-                       FLT_MIN, FLT_TRUE_MIN, 65504.0f, 65519.996f, 65520.0f, 65536.0f,
-                       std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), 3 * std::ldexp(1.0f, -26),
-                       std::ldexp(1.0f, -14), 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f,
-                       1.0f, 1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11),
-                       0.1f, 1e-8f, 1e-40f};
+  std::vector<float> v{0.0f,
+                       -0.0f,
+                       INFINITY,
+                       -INFINITY,
+                       NAN,
+                       -NAN,
+                       FLT_MAX,
+                       -FLT_MAX,
+                       FLT_MIN,
+                       FLT_TRUE_MIN,
+                       65504.0f,
+                       65519.996f,
+                       65520.0f,
+                       65536.0f,
+                       std::ldexp(1.0f, -24),
+                       std::ldexp(1.0f, -25),
+                       3 * std::ldexp(1.0f, -26),
+                       std::ldexp(1.0f, -14),
+                       448.0f,
+                       464.0f,
+                       480.0f,
+                       57344.0f,
+                       61440.0f,
+                       1.0f,
+                       1.0f + std::ldexp(1.0f, -11),
+                       1.0f + 3 * std::ldexp(1.0f, -11),
+                       0.1f,
+                       1e-8f,
+                       1e-40f};
   // every fp16 code, its neighbours in fp32, and the midpoints to the next code
   for (std::uint32_t c = 0; c < 0x7c00; ++c) {
     const float a = decode(c, formats::fp16), b = decode(c + 1, formats::fp16);
@@ -75,11 +99,11 @@ TEST_CASE("fp16 boundaries: 65504 is the max, 65520 is where inf starts") {
   CHECK(std::isinf(round_value(65520.0f, h)));
   CHECK(std::isinf(round_value(65536.0f, h)));  // the usual initial loss scale
   CHECK(round_value(std::ldexp(1.0f, -24), h) == std::ldexp(1.0f, -24));
-  CHECK(round_value(std::ldexp(1.0f, -25), h) == 0.0f);             // tie to even (0)
+  CHECK(round_value(std::ldexp(1.0f, -25), h) == 0.0f);  // tie to even (0)
   CHECK(round_value(3 * std::ldexp(1.0f, -26), h) == std::ldexp(1.0f, -24));
   CHECK(round_value(3 * std::ldexp(1.0f, -25), h) == std::ldexp(1.0f, -23));  // tie to even (2)
   CHECK(std::signbit(round_value(-1e-9f, h)));
-  CHECK(round_value(1.0f + std::ldexp(1.0f, -11), h) == 1.0f);      // tie, stays even
+  CHECK(round_value(1.0f + std::ldexp(1.0f, -11), h) == 1.0f);  // tie, stays even
   CHECK(round_value(1.0f + 3 * std::ldexp(1.0f, -11), h) == 1.0f + std::ldexp(1.0f, -9));
   CHECK(round_value(0.1f, h) == 0.0999755859375f);
 }
@@ -122,7 +146,8 @@ TEST_CASE("RNE and RTZ agree with an independent double-precision oracle") {
   std::vector<float> xs = boundary_values();
   std::mt19937 gen(12345);
   for (int i = 0; i < 300000; ++i) xs.push_back(from_bits(gen()));
-  for (std::uint64_t u = 0; u < (1ull << 32); u += 65521) xs.push_back(from_bits(static_cast<std::uint32_t>(u)));
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 65521)
+    xs.push_back(from_bits(static_cast<std::uint32_t>(u)));
   for (const Format& f : all_formats()) {
     for (RoundingMode mode : {RoundingMode::nearest_even, RoundingMode::toward_zero}) {
       for (OverflowMode ov : {OverflowMode::infinity, OverflowMode::saturate}) {
@@ -136,8 +161,8 @@ TEST_CASE("RNE and RTZ agree with an independent double-precision oracle") {
         for (float x : xs) {
           const float got = round_value(x, f, o), want = oracle(x, f, mode, ov);
           if (!same(got, want) && bad++ < 3)
-            MESSAGE(f.name << ": x=" << x << " (0x" << std::hex << bits(x) << std::dec
-                           << ") got " << got << " want " << want);
+            MESSAGE(f.name << ": x=" << x << " (0x" << std::hex << bits(x) << std::dec << ") got " << got
+                           << " want " << want);
         }
         CHECK(bad == 0);
       }
@@ -186,10 +211,12 @@ TEST_CASE("the AVX2 path gives the same bits as the portable loop") {
   std::vector<float> xs = boundary_values();
   std::mt19937 gen(99);
   for (int i = 0; i < 200000; ++i) xs.push_back(from_bits(gen()));
-  for (int i = 0; i < 200000; ++i) xs.push_back(std::ldexp(static_cast<float>(gen()) / 4294967296.0f, static_cast<int>(gen() % 60) - 40));
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(std::ldexp(static_cast<float>(gen()) / 4294967296.0f, static_cast<int>(gen() % 60) - 40));
   xs.push_back(1.0f);  // make the length odd so the tail path runs
   for (const Format& f : all_formats())
-    for (RoundingMode mode : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::stochastic})
+    for (RoundingMode mode :
+         {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::stochastic})
       for (OverflowMode ov : {OverflowMode::infinity, OverflowMode::saturate})
         for (SubnormalMode sub : {SubnormalMode::keep, SubnormalMode::flush}) {
           RoundingOptions o{mode, ov, sub, 42};
@@ -199,9 +226,9 @@ TEST_CASE("the AVX2 path gives the same bits as the portable loop") {
           std::size_t bad = 0;
           for (std::size_t i = 0; i < xs.size(); ++i)
             if (bits(a[i]) != bits(b[i]) && bad++ < 3)
-              MESSAGE(f.name << " mode " << int(mode) << " ov " << int(ov) << " sub " << int(sub)
-                             << ": x=0x" << std::hex << bits(xs[i]) << " portable 0x" << bits(a[i])
-                             << " avx2 0x" << bits(b[i]) << std::dec);
+              MESSAGE(f.name << " mode " << int(mode) << " ov " << int(ov) << " sub " << int(sub) << ": x=0x"
+                             << std::hex << bits(xs[i]) << " portable 0x" << bits(a[i]) << " avx2 0x"
+                             << bits(b[i]) << std::dec);
           CHECK(bad == 0);
         }
 }
@@ -239,7 +266,10 @@ TEST_CASE("storage types hold exactly the rounded values in their real sizes") {
   to_e4m3(xs.data(), e4.data(), n);
   to_e5m2(xs.data(), e5.data(), n);
   std::vector<float> back(n);
-  struct Case { const char* name; std::function<void()> decode; };
+  struct Case {
+    const char* name;
+    std::function<void()> decode;
+  };
   std::size_t bad = 0;
   auto compare = [&](const char* name) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -280,9 +310,11 @@ TEST_CASE("the array decoders give decode()'s bits for every code, NaN canonical
   for (std::size_t offset : {0, 1, 5}) {
     const std::size_t n = codes16.size() - offset;
     from_fp16(reinterpret_cast<const Eigen::half*>(codes16.data() + offset), out.data(), n);
-    for (std::size_t i = 0; i < n; ++i) bad += bits(out[i]) != bits(decode(codes16[offset + i], formats::fp16));
+    for (std::size_t i = 0; i < n; ++i)
+      bad += bits(out[i]) != bits(decode(codes16[offset + i], formats::fp16));
     from_bf16(reinterpret_cast<const Eigen::bfloat16*>(codes16.data() + offset), out.data(), n);
-    for (std::size_t i = 0; i < n; ++i) bad += bits(out[i]) != bits(decode(codes16[offset + i], formats::bf16));
+    for (std::size_t i = 0; i < n; ++i)
+      bad += bits(out[i]) != bits(decode(codes16[offset + i], formats::bf16));
   }
   std::vector<std::uint8_t> codes8(256);
   for (std::uint32_t c = 0; c < 256; ++c) codes8[c] = static_cast<std::uint8_t>(c);

@@ -6,12 +6,12 @@
 // Depends on: mpt/data.hpp; zlib (to write the test files).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
-#include <unistd.h>
 
 #include <zlib.h>
 

@@ -53,7 +53,8 @@ Result train_digits(DType p, const Split& s) {
   for (int epoch = 0; epoch < kEpochs; ++epoch) {
     const std::vector<Eigen::Index> order = shuffled_indices(s.train.size(), 100 + epoch);
     for (Eigen::Index at = 0; at + batch <= s.train.size(); at += batch, ++step) {
-      const Dataset b = s.train.rows(std::vector<Eigen::Index>(order.begin() + at, order.begin() + at + batch));
+      const Dataset b =
+          s.train.rows(std::vector<Eigen::Index>(order.begin() + at, order.begin() + at + batch));
       const Tensor& logits = net.forward(b.x);
       const Tensor dlogits = cross_entropy_backward(logits, b.labels);
       opt.zero_grad();
@@ -108,9 +109,10 @@ TEST_CASE("digits: the MLP learns it in fp32, and fp16/bf16 with FP32 masters ma
   const Result f32 = train_digits(DType::f32, s);
   const Result f16 = train_digits(DType::f16, s);
   const Result b16 = train_digits(DType::bf16, s);
-  MESSAGE("digits, MLP 64-64-10, AdamW defaults, " << kEpochs << " epochs: test accuracy fp32 "
-          << f32.test_accuracy << ", fp16 " << f16.test_accuracy << ", bf16 " << b16.test_accuracy
-          << "; train loss " << f32.final_loss << " / " << f16.final_loss << " / " << b16.final_loss);
+  MESSAGE("digits, MLP 64-64-10, AdamW defaults, "
+          << kEpochs << " epochs: test accuracy fp32 " << f32.test_accuracy << ", fp16 " << f16.test_accuracy
+          << ", bf16 " << b16.test_accuracy << "; train loss " << f32.final_loss << " / " << f16.final_loss
+          << " / " << b16.final_loss);
   CHECK(f32.test_accuracy >= 0.95);
   // One test image is 1/359 ≈ 0.3%: allow a few to flip either way.
   CHECK(std::fabs(f16.test_accuracy - f32.test_accuracy) <= 0.015);

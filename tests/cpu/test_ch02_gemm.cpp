@@ -9,10 +9,10 @@
 #include <limits>
 #include <string>
 
+#include "mpt/formats/rounding.hpp"
 #include "mpt/nn/data.hpp"
 #include "mpt/nn/gemm.hpp"
 #include "mpt/nn/parameter.hpp"
-#include "mpt/formats/rounding.hpp"
 
 using namespace mpt;
 
@@ -94,7 +94,8 @@ TEST_CASE("gemm: fp16 inputs, fp32 accumulation, one rounding of the result") {
 
 TEST_CASE("gemm: fp32 inputs match an FP64 reference within the dot-product bound") {
   const MatrixF a = normals(9, 33, 5), b = normals(12, 33, 6);
-  const Tensor c = gemm(Tensor::from_matrix(a, DType::f32), Op::N, Tensor::from_matrix(b, DType::f32), Op::T, DType::f32);
+  const Tensor c =
+      gemm(Tensor::from_matrix(a, DType::f32), Op::N, Tensor::from_matrix(b, DType::f32), Op::T, DType::f32);
   const Eigen::MatrixXd exact = op(a, Op::N) * op(b, Op::T);
   const Eigen::MatrixXd absum = op(a, Op::N).cwiseAbs() * op(b, Op::T).cwiseAbs();
   const MatrixF got = c.to_matrix();
@@ -160,8 +161,9 @@ TEST_CASE("gemm_fp16_accumulate: a fused multiply-add rounds once (round-to-odd 
   MatrixF t(1, 2), u(2, 1);
   t << 1.0f, 0x1.0p-11f;
   u << 1.0f, 1.0f;
-  CHECK(at(gemm_fp16_accumulate(Tensor::from_matrix(t, DType::f16), Op::N,
-                             Tensor::from_matrix(u, DType::f16), Op::N), 0, 0) == 1.0f);
+  CHECK(at(gemm_fp16_accumulate(Tensor::from_matrix(t, DType::f16), Op::N, Tensor::from_matrix(u, DType::f16),
+                                Op::N),
+           0, 0) == 1.0f);
 }
 
 TEST_CASE("gemm: output overflow follows the output format") {
@@ -171,7 +173,8 @@ TEST_CASE("gemm: output overflow follows the output format") {
   const Tensor a16 = Tensor::from_matrix(a, DType::f16), b16 = Tensor::from_matrix(b, DType::f16);
   CHECK(std::isinf(at(gemm(a16, Op::N, b16, Op::N, DType::f16), 0, 0)));
   CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::f32), 0, 0) == 120000.0f);
-  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::bf16), 0, 0) == round_value(120000.0f, format_of(DType::bf16)));
+  CHECK(at(gemm(a16, Op::N, b16, Op::N, DType::bf16), 0, 0) ==
+        round_value(120000.0f, format_of(DType::bf16)));
 }
 
 TEST_CASE("gemm_bias: the bias joins the fp32 accumulator before the single rounding") {
@@ -193,8 +196,8 @@ TEST_CASE("gemm_bias: the bias joins the fp32 accumulator before the single roun
 
 TEST_CASE("gemm: operand errors are explicit") {
   const Tensor a(DType::f16, {2, 3}), b(DType::bf16, {3, 2}), c(DType::f16, {4, 2});
-  CHECK_THROWS_WITH_AS(gemm(a, Op::N, b, Op::N, DType::f16),
-                       doctest::Contains("inputs are f16 and bf16"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gemm(a, Op::N, b, Op::N, DType::f16), doctest::Contains("inputs are f16 and bf16"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(gemm(a, Op::N, c, Op::N, DType::f16),
                        doctest::Contains("op(a) is 2x3 but op(b) is 4x2"), std::invalid_argument);
   // A Parameter's model copy is an operand as it is stored, in its dtype.

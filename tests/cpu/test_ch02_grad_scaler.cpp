@@ -43,7 +43,7 @@ struct CountingOptimizer : mpt::Optimizer {
 struct Model {
   mpt::Parameter p;
   CountingOptimizer opt{{&p}};
-  explicit Model(std::vector<float> grad = {1.0f, -2.0f, 0.5f}) { set_grad(grad); }
+  explicit Model(const std::vector<float>& grad = {1.0f, -2.0f, 0.5f}) { set_grad(grad); }
   void set_grad(const std::vector<float>& g) {
     p.grad = mpt::Tensor::from_f32(g.data(), {static_cast<std::int64_t>(g.size())}, mpt::DType::f32);
   }
@@ -232,7 +232,7 @@ TEST_CASE("finiteness is judged on the scaled values, before the multiply") {
   GradScaler s(o);
   Model m({std::ldexp(1.0f, 120), 1.0f});
   s.scale(1.0f);
-  CHECK(s.step(m.opt));  // not skipped...
+  CHECK(s.step(m.opt));          // not skipped...
   CHECK(std::isinf(m.grad(0)));  // ...although the unscaled gradient is inf
   CHECK(m.grad(1) == 1024.0f);
   CHECK(s.found_inf(m.opt) == false);
@@ -485,8 +485,7 @@ TEST_CASE("misuse: step with an optimizer that has no parameters records no inf 
   GradScaler s;
   CountingOptimizer empty({});
   s.scale(1.0f);
-  CHECK_THROWS_WITH_AS(s.step(empty),
-                       doctest::Contains("No inf checks were recorded for this optimizer"),
+  CHECK_THROWS_WITH_AS(s.step(empty), doctest::Contains("No inf checks were recorded for this optimizer"),
                        std::logic_error);
   CHECK(empty.steps == 0);
   CHECK_FALSE(s.found_inf(empty).has_value());
@@ -498,8 +497,9 @@ TEST_CASE("misuse: step with an optimizer that has no parameters records no inf 
 
 TEST_CASE("state_dict has PyTorch's five keys in PyTorch's order") {
   GradScaler s;
-  CHECK(s.state_dict() ==
-        R"({"scale":65536.0,"growth_factor":2.0,"backoff_factor":0.5,"growth_interval":2000,"_growth_tracker":0})");
+  CHECK(
+      s.state_dict() ==
+      R"({"scale":65536.0,"growth_factor":2.0,"backoff_factor":0.5,"growth_interval":2000,"_growth_tracker":0})");
 }
 
 TEST_CASE("state_dict round trip: a fresh scaler continues exactly where the saved one was") {
@@ -670,8 +670,7 @@ TEST_CASE("StaticScaler: the same state machine and misuse errors") {
                        std::logic_error);
   s.step(m.opt);
   CHECK_THROWS_WITH_AS(s.unscale(m.opt), doctest::Contains("after step()"), std::logic_error);
-  CHECK_THROWS_WITH_AS(s.step(m.opt), doctest::Contains("step() has already been called"),
-                       std::logic_error);
+  CHECK_THROWS_WITH_AS(s.step(m.opt), doctest::Contains("step() has already been called"), std::logic_error);
   s.update();
   CHECK(s.stage(m.opt) == OptState::ready);
   for (float bad : {0.0f, -1.0f, kInf, kNaN})

@@ -132,10 +132,12 @@ TEST_CASE("GELU values are PyTorch's") {
   // 'tanh'), evaluated independently with Python's math.erf / math.tanh in
   // double; the erf form is nn.GELU()'s default.
   CHECK(layer_math::gelu(1.0, GeluApproximation::none) == doctest::Approx(0.8413447460685429).epsilon(1e-15));
-  CHECK(layer_math::gelu(-1.0, GeluApproximation::none) == doctest::Approx(-0.15865525393145707).epsilon(1e-15));
+  CHECK(layer_math::gelu(-1.0, GeluApproximation::none) ==
+        doctest::Approx(-0.15865525393145707).epsilon(1e-15));
   CHECK(layer_math::gelu(3.0, GeluApproximation::none) == doctest::Approx(2.99595030590511).epsilon(1e-15));
   CHECK(layer_math::gelu(1.0, GeluApproximation::tanh) == doctest::Approx(0.8411919906082768).epsilon(1e-15));
-  CHECK(layer_math::gelu(-1.0, GeluApproximation::tanh) == doctest::Approx(-0.15880800939172324).epsilon(1e-15));
+  CHECK(layer_math::gelu(-1.0, GeluApproximation::tanh) ==
+        doctest::Approx(-0.15880800939172324).epsilon(1e-15));
 }
 
 TEST_CASE("softmax cross-entropy: value, gradient by finite differences, loss scaling") {
@@ -173,10 +175,13 @@ TEST_CASE("MSE: value and gradient by finite differences") {
 
 TEST_CASE("a Linear-GELU-Linear-ReLU-Linear-CE chain: backward composes (FP64)") {
   MatD x = randn(8, 5, 10), w1 = randn(6, 5, 11, 0.5), b1 = randn(1, 6, 12, 0.1);
-  MatD w2 = randn(7, 6, 13, 0.5), b2 = randn(1, 7, 14, 0.1), w3 = randn(3, 7, 15, 0.5), b3 = randn(1, 3, 16, 0.1);
+  MatD w2 = randn(7, 6, 13, 0.5), b2 = randn(1, 7, 14, 0.1), w3 = randn(3, 7, 15, 0.5),
+       b3 = randn(1, 3, 16, 0.1);
   const std::vector<int> y{0, 1, 2, 0, 1, 2, 2, 1};
   const auto gelu = GeluApproximation::none;
-  struct Fwd { MatD z1, a1, z2, a2, z3; };
+  struct Fwd {
+    MatD z1, a1, z2, a2, z3;
+  };
   const auto forward = [&] {
     Fwd f;
     f.z1 = layer_math::linear_forward<double>(x, w1, b1);
@@ -224,8 +229,8 @@ TEST_CASE("parameters: FP32 master, rounded model copy in its dtype, FP32 grad")
   pb.master.f32().array() += 1.0f;
   refresh_model_copy(pb);
   CHECK(same_bits(pb.weights().to_matrix(), rounded(pb.master.f32(), DType::bf16)));
-  CHECK_THROWS_WITH_AS(Parameter("w", Tensor(DType::f16, {2})), "Parameter w: the master must be f32, got f16",
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Parameter("w", Tensor(DType::f16, {2})),
+                       "Parameter w: the master must be f32, got f16", std::invalid_argument);
 }
 
 TEST_CASE("Linear: fp32 is layer_math<float>, bit for bit; gradients accumulate") {
@@ -315,8 +320,8 @@ TEST_CASE("Linear: mixed operands are the policy's business; wrong shapes are er
   CHECK_THROWS_WITH_AS(fc.forward(Tensor(DType::bf16, {4, 5}), ctx),
                        "fc.weight: x is 4x5 but the layer takes [B, 3]", std::invalid_argument);
   Linear fresh = linear_of(MatrixF::Ones(2, 3), MatrixF::Zero(1, 2), DType::f32);
-  CHECK_THROWS_WITH_AS(fresh.backward(Tensor(DType::f32, {4, 2}), ctx), "Linear fc::backward: call forward() first",
-                       std::logic_error);
+  CHECK_THROWS_WITH_AS(fresh.backward(Tensor(DType::f32, {4, 2}), ctx),
+                       "Linear fc::backward: call forward() first", std::logic_error);
   fresh.forward(Tensor(DType::f32, {4, 3}), ctx);
   CHECK_THROWS_WITH_AS(fresh.backward(Tensor(DType::f32, {4, 3}), ctx), "dy is 4x3, expected 4x2",
                        std::invalid_argument);
@@ -364,7 +369,8 @@ TEST_CASE("cross-entropy gradients flush to zero in fp16 unless the loss is scal
   CHECK(plain(0, 1) == 0.0f);  // e^-20 ≈ 2.1e-9 < 2^-25: lost
   const MatrixF scaled = cross_entropy_backward(z16, {0}, 65536.0f).to_matrix();
   CHECK(scaled(0, 1) > 0.0f);  // 2^16·2.1e-9 ≈ 1.4e-4: kept
-  CHECK(scaled(0, 1) / 65536.0f == doctest::Approx(std::exp(-20.0) / (1 + 2 * std::exp(-20.0))).epsilon(1e-3));
+  CHECK(scaled(0, 1) / 65536.0f ==
+        doctest::Approx(std::exp(-20.0) / (1 + 2 * std::exp(-20.0))).epsilon(1e-3));
 }
 
 TEST_CASE("accuracy: argmax against labels") {

@@ -122,7 +122,8 @@ TEST_CASE("the trace of the mixed MLP shows fc3 in FP32, the rest in f16, and ev
     for (const TracedValue& v : e.inputs) CHECK(v.dtype == want);
     for (const TracedValue& v : e.outputs) CHECK(v.dtype == want);
   }
-  const std::vector<std::string> expected{"forward fc1 f32->f16", "forward fc3 f16->f32", "backward fc3 f32->f16"};
+  const std::vector<std::string> expected{"forward fc1 f32->f16", "forward fc3 f16->f32",
+                                          "backward fc3 f32->f16"};
   CHECK(casts == expected);
   CHECK(t.casts() == 3);
   // Bytes written are the outputs' real sizes: fc2's forward writes 4x32 f16.

@@ -53,11 +53,11 @@ class Batcher {
 };
 
 struct Trained {
-  double initial_loss = 0;       // loss on the whole training set before the first step
-  double train_loss = 0;         // loss on the whole training set at the end
-  double test_accuracy = 0;      // classification only
-  double flushed_fraction = 0;   // zeros among dlogits and d(activation output), averaged over steps
-  double lost_fraction = 0;      // RefreshStats::lost / elements, averaged over steps
+  double initial_loss = 0;      // loss on the whole training set before the first step
+  double train_loss = 0;        // loss on the whole training set at the end
+  double test_accuracy = 0;     // classification only
+  double flushed_fraction = 0;  // zeros among dlogits and d(activation output), averaged over steps
+  double lost_fraction = 0;     // RefreshStats::lost / elements, averaged over steps
 };
 
 // The zeros counted are those of the dense gradients (dlogits and the
@@ -130,9 +130,9 @@ TEST_CASE("Mlp: parameters, PyTorch initialisation, determinism, errors") {
   CHECK(ps[1]->master.shape() == Shape{16});  // torch.nn.Linear's bias: [out]
   CHECK(ps[0]->model_dtype() == DType::f16);
   CHECK(ps[0]->weights().shape() == Shape{16, 8});
-  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() <= 1 / std::sqrt(8.0));   // U(±1/√in)
+  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() <= 1 / std::sqrt(8.0));  // U(±1/√in)
   CHECK(ps[2]->master.f32().cwiseAbs().maxCoeff() <= 1 / std::sqrt(16.0));
-  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() > 0.8 / std::sqrt(8.0));   // and spread over it
+  CHECK(ps[0]->master.f32().cwiseAbs().maxCoeff() > 0.8 / std::sqrt(8.0));  // and spread over it
   Mlp same(config({8, 16, 3}, DType::f16)), other(config({8, 16, 3}, DType::f16, Activation::relu, 8));
   CHECK(same.parameters()[0]->master.f32() == ps[0]->master.f32());
   CHECK(other.parameters()[0]->master.f32() != ps[0]->master.f32());
@@ -173,8 +173,9 @@ TEST_CASE("Mlp: activation bytes are the allocated buffers; fp16 and bf16 are ha
   CHECK(relu_bytes[2] == 4864 * 2);
   CHECK(gelu_bytes[0] == (4864 + 4096) * 4);
   CHECK(gelu_bytes[1] * 2 == gelu_bytes[0]);
-  MESSAGE("activation bytes, MLP 8-32-32-4, batch 64: ReLU fp32 " << relu_bytes[0] << ", fp16 " << relu_bytes[1]
-          << ", bf16 " << relu_bytes[2] << "; GELU fp32 " << gelu_bytes[0] << ", fp16 " << gelu_bytes[1]);
+  MESSAGE("activation bytes, MLP 8-32-32-4, batch 64: ReLU fp32 "
+          << relu_bytes[0] << ", fp16 " << relu_bytes[1] << ", bf16 " << relu_bytes[2] << "; GELU fp32 "
+          << gelu_bytes[0] << ", fp16 " << gelu_bytes[1]);
 }
 
 TEST_CASE("Mlp (fp32): gradients match the FP64 layer math") {
@@ -192,9 +193,11 @@ TEST_CASE("Mlp (fp32): gradients match the FP64 layer math") {
     net.backward(cross_entropy_backward(logits, y));
     const auto P = net.parameters();
     const auto d = [](const Tensor& t) { return t.to_matrix().cast<double>().eval(); };
-    const GeluApproximation ga = act == Activation::gelu_tanh ? GeluApproximation::tanh : GeluApproximation::none;
+    const GeluApproximation ga =
+        act == Activation::gelu_tanh ? GeluApproximation::tanh : GeluApproximation::none;
     const auto fwd_act = [&](const Mat<double>& z) {
-      return act == Activation::relu ? layer_math::relu_forward<double>(z) : layer_math::gelu_forward<double>(z, ga);
+      return act == Activation::relu ? layer_math::relu_forward<double>(z)
+                                     : layer_math::gelu_forward<double>(z, ga);
     };
     const Mat<double> x0 = x.cast<double>();
     const Mat<double> z1 = layer_math::linear_forward<double>(x0, d(P[0]->master), d(P[1]->master));
@@ -207,8 +210,8 @@ TEST_CASE("Mlp (fp32): gradients match the FP64 layer math") {
       return act == Activation::relu ? layer_math::relu_backward<double>(a, da)
                                      : layer_math::gelu_backward<double>(z, da, ga);
     };
-    const auto g3 = layer_math::linear_backward<double>(a2, d(P[4]->master),
-                                                        layer_math::cross_entropy_backward<double>(z3, y, 1.0));
+    const auto g3 = layer_math::linear_backward<double>(
+        a2, d(P[4]->master), layer_math::cross_entropy_backward<double>(z3, y, 1.0));
     const auto g2 = layer_math::linear_backward<double>(a1, d(P[2]->master), back_act(z2, a2, g3.dx));
     const auto g1 = layer_math::linear_backward<double>(x0, d(P[0]->master), back_act(z1, a1, g2.dx));
     const std::vector<Mat<double>> want{g1.dw, g1.db, g2.dw, g2.db, g3.dw, g3.db};
@@ -232,8 +235,8 @@ TEST_CASE("blobs: fp32 learns; fp16 and bf16 with FP32 master weights match it")
     r[i] = train(net, s.train, &s.test, Opt::adamw, 3e-3, 300, 64);
   }
   MESSAGE("blobs test accuracy: fp32 " << r[0].test_accuracy << ", fp16 " << r[1].test_accuracy << ", bf16 "
-          << r[2].test_accuracy << "; train loss fp32 " << r[0].train_loss << ", fp16 " << r[1].train_loss
-          << ", bf16 " << r[2].train_loss);
+                                       << r[2].test_accuracy << "; train loss fp32 " << r[0].train_loss
+                                       << ", fp16 " << r[1].train_loss << ", bf16 " << r[2].train_loss);
   CHECK(r[0].test_accuracy >= 0.9);
   // Cross-entropy gradients here are O(1/batch): nothing to flush, so fp16
   // tracks fp32 without loss scaling; bf16 rounds more coarsely (8 bits).
@@ -247,7 +250,12 @@ TEST_CASE("blobs: fp32 learns; fp16 and bf16 with FP32 master weights match it")
 TEST_CASE("tiny targets: fp16 without loss scaling flushes gradients and stalls; scaled fp16 tracks fp32") {
   const Dataset d = make_tiny_target_regression();
   const double target_power = d.targets.cast<double>().array().square().mean();
-  struct Run { const char* name; DType p; float scale; Trained r; };
+  struct Run {
+    const char* name;
+    DType p;
+    float scale;
+    Trained r;
+  };
   std::vector<Run> runs = {{"fp32", DType::f32, 1.0f, {}},
                            {"fp16, no scaling", DType::f16, 1.0f, {}},
                            {"fp16, loss scale 2^16", DType::f16, 65536.0f, {}},
@@ -259,11 +267,11 @@ TEST_CASE("tiny targets: fp16 without loss scaling flushes gradients and stalls;
     run.r = train(net, d, nullptr, Opt::adamw, 3e-4, 200, 256, run.scale);
     run.r.train_loss /= target_power;  // relative: 1 = predicting zero
     MESSAGE(std::string(run.name) << ": relative loss " << run.r.train_loss << ", gradients flushed to zero "
-            << run.r.flushed_fraction);
+                                  << run.r.flushed_fraction);
   }
   const Trained &f32 = runs[0].r, &f16 = runs[1].r, &scaled = runs[2].r, &b16 = runs[3].r;
   CHECK(f32.train_loss < 0.2);
-  CHECK(f16.flushed_fraction > 0.5);           // most activation gradients are below 2^-24
+  CHECK(f16.flushed_fraction > 0.5);             // most activation gradients are below 2^-24
   CHECK(f16.train_loss > 2.5 * f32.train_loss);  // and training stalls
   CHECK(scaled.flushed_fraction < f32.flushed_fraction + 0.01);
   CHECK(scaled.train_loss == doctest::Approx(f32.train_loss).epsilon(0.05));
@@ -286,10 +294,10 @@ TEST_CASE("fp16 weights without FP32 master weights lose small updates") {
     Mlp net(c);
     r[i] = train(net, s.train, &s.test, Opt::sgd, 1e-4, 1500, 64);
   }
-  MESSAGE("small-lr SGD on blobs: train loss fp32 " << r[0].train_loss << ", fp16+master " << r[1].train_loss
-          << ", fp16 no master " << r[2].train_loss << "; updates lost without master " << r[2].lost_fraction
-          << "; test accuracy " << r[0].test_accuracy << " / " << r[1].test_accuracy << " / "
-          << r[2].test_accuracy);
+  MESSAGE("small-lr SGD on blobs: train loss fp32 "
+          << r[0].train_loss << ", fp16+master " << r[1].train_loss << ", fp16 no master " << r[2].train_loss
+          << "; updates lost without master " << r[2].lost_fraction << "; test accuracy "
+          << r[0].test_accuracy << " / " << r[1].test_accuracy << " / " << r[2].test_accuracy);
   CHECK(r[1].lost_fraction == 0.0);
   CHECK(r[2].lost_fraction > 0.5);
   CHECK(r[1].train_loss == doctest::Approx(r[0].train_loss).epsilon(0.02));

@@ -105,7 +105,10 @@ TEST_CASE("defaults are PyTorch's") {
 }
 
 TEST_CASE("SGD: three steps match the documented update rule") {
-  struct Case { const char* name; SgdOptions o; };
+  struct Case {
+    const char* name;
+    SgdOptions o;
+  };
   const std::vector<Case> cases = {
       {"plain", {0.1, 0.0, 0.0, 0.0, false}},
       {"momentum", {0.1, 0.9, 0.0, 0.0, false}},
@@ -168,7 +171,8 @@ TEST_CASE("AdamW: weight decay is decoupled — it does not go through m and v")
   AdamW opt({&p}, o);
   for (int t = 0; t < 4; ++t) opt.step();  // grads are zero
   for (int i = 0; i < 4; ++i)
-    CHECK(p.master.f32_data()[i] == doctest::Approx(kInit[static_cast<std::size_t>(i)] * std::pow(0.95, 4)).epsilon(1e-6));
+    CHECK(p.master.f32_data()[i] ==
+          doctest::Approx(kInit[static_cast<std::size_t>(i)] * std::pow(0.95, 4)).epsilon(1e-6));
   CHECK(opt.exp_avg(0).isZero(0));
   CHECK(opt.exp_avg_sq(0).isZero(0));
 }
@@ -192,8 +196,10 @@ TEST_CASE("optimizers update the FP32 master, and zero_grad clears the grads") {
 TEST_CASE("invalid hyperparameters get PyTorch's errors") {
   Parameter p = param_2x2();
   CHECK_THROWS_WITH_AS(SGD({&p}, {-1.0, 0, 0, 0, false}), "Invalid learning rate: -1", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, -0.5, 0, 0, false}), "Invalid momentum value: -0.5", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, 0, 0, -1, false}), "Invalid weight_decay value: -1", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, -0.5, 0, 0, false}), "Invalid momentum value: -0.5",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, 0, 0, -1, false}), "Invalid weight_decay value: -1",
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, 0.0, 0, 0, true}),
                        "Nesterov momentum requires a momentum and zero dampening", std::invalid_argument);
   CHECK_THROWS_WITH_AS(SGD({&p}, {0.1, 0.9, 0.1, 0, true}),
@@ -216,7 +222,8 @@ TEST_CASE("invalid hyperparameters get PyTorch's errors") {
   CHECK(ok.lr() == 0.5);
   // A gradient of the wrong shape is named.
   p.grad = Tensor(DType::f32, {1, 1});
-  CHECK_THROWS_WITH_AS(ok.step(), doctest::Contains("parameter p: grad is 1x1 f32 but the weights are 2x2 f32"),
+  CHECK_THROWS_WITH_AS(ok.step(),
+                       doctest::Contains("parameter p: grad is 1x1 f32 but the weights are 2x2 f32"),
                        std::invalid_argument);
 }
 
@@ -257,5 +264,6 @@ TEST_CASE("pitfall: AdamW arithmetic in fp16 — eps = 1e-8 is zero there") {
     a16.step();
     a32.step();
   }
-  CHECK((q16.master.f32() - q32.master.f32()).cwiseAbs().maxCoeff() < 0.2 * 1e-2);  // updates are ~0.1; fp16 ε ≈ 1e-3
+  CHECK((q16.master.f32() - q32.master.f32()).cwiseAbs().maxCoeff() <
+        0.2 * 1e-2);  // updates are ~0.1; fp16 ε ≈ 1e-3
 }

@@ -83,8 +83,8 @@ TEST_CASE("chapter 2: every pitfall shows its symptom and its fix") {
       const Runs& r = runs_of(*p);
       const auto symptom = mpt::evaluate_checks(p->symptom, r.broken);
       const auto cure = mpt::evaluate_checks(p->cure, r.fixed);
-      CHECK_MESSAGE(!any_fails(symptom),
-                    p->id << ": the broken run does not show the symptom; failed claims:" << failed_claims(symptom));
+      CHECK_MESSAGE(!any_fails(symptom), p->id << ": the broken run does not show the symptom; failed claims:"
+                                               << failed_claims(symptom));
       CHECK_MESSAGE(!any_fails(cure),
                     p->id << ": the fixed run does not show the fix; failed claims:" << failed_claims(cure));
     }
@@ -100,7 +100,8 @@ TEST_CASE("chapter 2: the checks can fail") {
       const RunResult &broken = runs_of(*p).broken, &fixed = runs_of(*p).fixed;
       const auto symptom_on_fixed = mpt::evaluate_checks(p->symptom, fixed);
       const auto cure_on_broken = mpt::evaluate_checks(p->cure, broken);
-      CHECK_MESSAGE(any_fails(symptom_on_fixed), p->id << ": every symptom check also holds on the FIXED run");
+      CHECK_MESSAGE(any_fails(symptom_on_fixed),
+                    p->id << ": every symptom check also holds on the FIXED run");
       CHECK_MESSAGE(any_fails(cure_on_broken), p->id << ": every cure check also holds on the BROKEN run");
       // Failing because the predicate is false, not because an outcome is missing.
       for (const auto* checks : {&symptom_on_fixed, &cure_on_broken})

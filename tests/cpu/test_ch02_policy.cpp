@@ -119,14 +119,23 @@ TEST_CASE("Context::cast: nothing for the same dtype, a counted and traced copy 
 
 TEST_CASE("the trace renders as text, JSON and a Graphviz graph from the same entries") {
   Trace t;
-  t.add({Phase::forward, "fc1", "cast", {{"x", DType::f32, {4, 8}, 128}}, DType::f16, {{"x", DType::f16, {4, 8}, 64}}});
+  t.add({Phase::forward,
+         "fc1",
+         "cast",
+         {{"x", DType::f32, {4, 8}, 128}},
+         DType::f16,
+         {{"x", DType::f16, {4, 8}, 64}}});
   t.add({Phase::forward,
          "fc1",
          "linear",
          {{"x", DType::f16, {4, 8}, 64}, {"weight", DType::f16, {32, 8}, 512}},
          DType::f32,
          {{"y", DType::f16, {4, 32}, 256}}});
-  t.add({Phase::backward, "fc1", "linear", {{"dy", DType::f16, {4, 32}, 256}}, DType::f32,
+  t.add({Phase::backward,
+         "fc1",
+         "linear",
+         {{"dy", DType::f16, {4, 32}, 256}},
+         DType::f32,
          {{"weight.grad", DType::f16, {32, 8}, 512}, {"bias.grad", DType::f16, {32}, 64}}});
   const std::string text = render_text(t);
   CHECK(text.find("1  forward   fc1   cast    x f32 4x8") != std::string::npos);

@@ -50,8 +50,7 @@ struct NullOptimizer : mpt::Optimizer {
 
 // The GradScaler's scale and tracker after each step, an inf put into the
 // (scaled) gradient on the steps flags marks.
-std::vector<ScaleUpdateStep> grad_scaler_sequence(const ScaleUpdateCase& c,
-                                                  const std::vector<bool>& flags) {
+std::vector<ScaleUpdateStep> grad_scaler_sequence(const ScaleUpdateCase& c, const std::vector<bool>& flags) {
   mpt::GradScaler::Options o;
   o.init_scale = c.init;
   o.growth_factor = c.growth;
@@ -75,8 +74,7 @@ std::vector<ScaleUpdateStep> grad_scaler_sequence(const ScaleUpdateCase& c,
 // The first step at which two sequences differ (in scale bits or tracker), or -1.
 int first_difference(const std::vector<ScaleUpdateStep>& a, const std::vector<ScaleUpdateStep>& b) {
   for (std::size_t s = 0; s < a.size() && s < b.size(); ++s)
-    if (bits(a[s].scale) != bits(b[s].scale) || a[s].tracker != b[s].tracker)
-      return static_cast<int>(s);
+    if (bits(a[s].scale) != bits(b[s].scale) || a[s].tracker != b[s].tracker) return static_cast<int>(s);
   return a.size() == b.size() ? -1 : static_cast<int>(std::min(a.size(), b.size()));
 }
 
@@ -92,8 +90,7 @@ TEST_CASE("the GPU test's reference is the CPU GradScaler's sequence, bit for bi
     for (std::uint64_t seed : {20240101ull, 1ull, 12345ull}) {
       const std::vector<bool> flags = mpt::test::scale_update_flags(c, seed);
       CHECK(first_difference(grad_scaler_sequence(c, flags),
-                             mpt::test::scale_update_sequence(c, flags, c.growth, c.backoff)) ==
-            -1);
+                             mpt::test::scale_update_sequence(c, flags, c.growth, c.backoff)) == -1);
     }
   }
 }
@@ -152,5 +149,6 @@ TEST_CASE("backoff 0.3: the scale from 1000 after three backoffs, double against
     if (i < 2) CHECK(bits(d) == bits(f));
   }
   CHECK(bits(d) != bits(f));
-  CHECK(bits(d) == bits(static_cast<float>(static_cast<float>(static_cast<float>(1000.0 * 0.3) * 0.3) * 0.3)));
+  CHECK(bits(d) ==
+        bits(static_cast<float>(static_cast<float>(static_cast<float>(1000.0 * 0.3) * 0.3) * 0.3)));
 }

@@ -97,10 +97,14 @@ TEST_CASE("simulate: the sawtooth, row by row") {
   const ScalerSimulation sim = mpt::simulate_scaler(spec(8, {4, 5}));
   REQUIRE(sim.rows.size() == 8);
   // step, overflow, scale after update(), tracker, skipped
-  const struct { bool overflow; float scale; int tracker; bool skipped; } expected[] = {
-      {false, 1024, 1, false}, {false, 1024, 2, false}, {false, 2048, 0, false},
-      {true, 1024, 0, true},   {true, 512, 0, true},    {false, 512, 1, false},
-      {false, 512, 2, false},  {false, 1024, 0, false},
+  const struct {
+    bool overflow;
+    float scale;
+    int tracker;
+    bool skipped;
+  } expected[] = {
+      {false, 1024, 1, false}, {false, 1024, 2, false}, {false, 2048, 0, false}, {true, 1024, 0, true},
+      {true, 512, 0, true},    {false, 512, 1, false},  {false, 512, 2, false},  {false, 1024, 0, false},
   };
   for (std::size_t i = 0; i < sim.rows.size(); ++i) {
     CAPTURE(i);
@@ -245,13 +249,13 @@ TEST_CASE("render_plot_svg: one red dot per overflow, levels that change exactly
   CHECK_MESSAGE(mpt_test::well_formed_xml(svg, why), why);
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"480\"", 0) == 0);
   CHECK(svg.find("overflow: step skipped, scale backed off") != std::string::npos);  // the legend
-  CHECK(svg.find("16 steps; overflow at steps 4, 5, 11") != std::string::npos);       // the title
-  CHECK(svg == mpt::render_plot_svg(sim));  // byte-stable
+  CHECK(svg.find("16 steps; overflow at steps 4, 5, 11") != std::string::npos);      // the title
+  CHECK(svg == mpt::render_plot_svg(sim));                                           // byte-stable
 
   const AxisMap xmap = axis_map(svg, "x-ticks", false);
   const AxisMap ymap = axis_map(svg, "y-ticks", true);  // log2 axis: labels 2^k
-  CHECK(xmap.p1 > xmap.p0);  // later steps to the right
-  CHECK(ymap.p1 < ymap.p0);  // larger scales higher up (SVG y grows downwards)
+  CHECK(xmap.p1 > xmap.p0);                             // later steps to the right
+  CHECK(ymap.p1 < ymap.p0);                             // larger scales higher up (SVG y grows downwards)
   auto step_of = [&](double px) { return static_cast<int>(std::lround(xmap.value(px))); };
   auto log2_scale_of = [&](double py) { return ymap.value(py); };
 
@@ -325,7 +329,8 @@ TEST_CASE("write_plot_svg: the rendered SVG renamed into place, no temporary lef
   const std::string path = base + ".svg";
   std::remove(path.c_str());
   const std::string bad = "/nonexistent-dir/x/plot.svg";
-  CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, bad), ("cannot write '" + bad + "': No such file or directory").c_str(),
+  CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, bad),
+                       ("cannot write '" + bad + "': No such file or directory").c_str(),
                        std::invalid_argument);
   CHECK_THROWS_AS(mpt::write_plot_svg(sim, ""), std::invalid_argument);
   mpt::write_plot_svg(sim, path);

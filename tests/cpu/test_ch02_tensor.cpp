@@ -50,10 +50,12 @@ TEST_CASE("DType: names, formats, sizes, parse errors") {
   }
   CHECK(is_fp8(DType::e5m2));
   CHECK_FALSE(is_fp8(DType::bf16));
-  CHECK_THROWS_WITH_AS(dtype_named("fp8"),
-                       "unknown dtype 'fp8'; valid dtypes: f32, bf16, f16, e4m3, e5m2 (or the format names fp32, fp16)",
+  CHECK_THROWS_WITH_AS(
+      dtype_named("fp8"),
+      "unknown dtype 'fp8'; valid dtypes: f32, bf16, f16, e4m3, e5m2 (or the format names fp32, fp16)",
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dtype_named("tf32"), doctest::Contains("tf32 is a compute format"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(dtype_named("tf32"), doctest::Contains("tf32 is a compute format"), std::invalid_argument);
   // The storage types are tied to the dtypes at compile time.
   static_assert(std::is_same_v<StorageOf<DType::f16>::type, Eigen::half>);
   static_assert(DTypeOf<Fp8E5M2>::value == DType::e5m2);
@@ -118,8 +120,10 @@ TEST_CASE("Tensor: typed views read in place and refuse a wrong dtype") {
   CHECK(m.rows() == 2);
   CHECK(static_cast<float>(m(1, 1)) == 8.0f);
   CHECK(static_cast<const void*>(h.data<Eigen::half>()) == h.raw());  // no copy
-  CHECK_THROWS_WITH_AS(h.view<float>(), "Tensor holds f16 values; view() asked for f32 (convert with to(), or read with to_f32())",
-                       std::logic_error);
+  CHECK_THROWS_WITH_AS(
+      h.view<float>(),
+      "Tensor holds f16 values; view() asked for f32 (convert with to(), or read with to_f32())",
+      std::logic_error);
   CHECK_THROWS_AS(h.view<Eigen::bfloat16>(), std::logic_error);
   CHECK_THROWS_AS(h.f32(), std::logic_error);  // no writable view of a low-precision tensor
   // f32: writable in place; a 1-D tensor is one row.

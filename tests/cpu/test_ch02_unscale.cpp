@@ -69,11 +69,26 @@ bool same_bits(const std::vector<float>& want, const std::vector<float>& got, co
 /// infinities, subnormals and the whole exponent range occur), plus the
 /// hand-picked edges at the front.
 std::vector<float> adversarial(std::size_t n, std::uint32_t seed) {
-  std::vector<float> v = {0.0f, -0.0f, kInf, -kInf, NAN, -NAN,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          kInf,
+                          -kInf,
+                          NAN,
+                          -NAN,
                           from_bits(0x7f800001u),  // signalling NaN with a payload
                           from_bits(0xffc12345u),  // quiet NaN, negative, with a payload
-                          FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_MIN, FLT_TRUE_MIN, -FLT_TRUE_MIN,
-                          from_bits(0x007fffffu), 65504.0f, 65536.0f, 1.0f, 3.0f, 0.1f};
+                          FLT_MAX,
+                          -FLT_MAX,
+                          FLT_MIN,
+                          -FLT_MIN,
+                          FLT_TRUE_MIN,
+                          -FLT_TRUE_MIN,
+                          from_bits(0x007fffffu),
+                          65504.0f,
+                          65536.0f,
+                          1.0f,
+                          3.0f,
+                          0.1f};
   std::mt19937 rng(seed);
   while (v.size() < n) v.push_back(from_bits(static_cast<std::uint32_t>(rng())));
   v.resize(n);
@@ -92,8 +107,8 @@ std::vector<float> finite_gradients(std::size_t n, std::uint32_t seed) {
 
 // Power of two, not a power of two (one fp32 rounding per element), 1 (no
 // write at all), above 1 (the multiply can overflow), 0 and inf.
-const float kInvScales[] = {0x1p-16f, 1.0f / 3.0f, 1.0f, 0x1p+10f, 0.0f, kInf,
-                            static_cast<float>(1.0 / 65536.0 / 3.0)};
+const float kInvScales[] = {
+    0x1p-16f, 1.0f / 3.0f, 1.0f, 0x1p+10f, 0.0f, kInf, static_cast<float>(1.0 / 65536.0 / 3.0)};
 
 }  // namespace
 

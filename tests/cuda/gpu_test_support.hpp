@@ -11,9 +11,9 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -114,14 +114,12 @@ inline std::uint64_t test_seed() {
 inline int gpu_test_main(int argc, char** argv) {
   std::string why;
   if (!mpt::cuda::device_available(&why)) {
-    std::printf("SKIPPED %s: no usable CUDA device (%s)\n", argc > 0 ? argv[0] : "gpu test",
-                why.c_str());
+    std::printf("SKIPPED %s: no usable CUDA device (%s)\n", argc > 0 ? argv[0] : "gpu test", why.c_str());
     return 77;
   }
   cudaDeviceProp prop{};
   int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess &&
-      cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+  if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
     std::printf("device %d: %s (sm_%d%d)\n", device, prop.name, prop.major, prop.minor);
   }
   doctest::Context context(argc, argv);

@@ -42,9 +42,8 @@ using DecodeFn = void (*)(const Code*, float*, std::size_t, KernelVersion);
 /// compare every code with mpt::encode_array. Elements before `offset` must
 /// still hold the poison: the kernel may not write outside its range.
 template <class Code>
-void check_encode(const char* name, EncodeFn<Code> cast, const char* format,
-                  mpt::OverflowMode overflow, const std::vector<float>& in, KernelVersion v,
-                  std::size_t offset) {
+void check_encode(const char* name, EncodeFn<Code> cast, const char* format, mpt::OverflowMode overflow,
+                  const std::vector<float>& in, KernelVersion v, std::size_t offset) {
   const mpt::Format& f = mpt::format_named(format);
   mpt::RoundingOptions o;
   o.overflow = overflow;
@@ -63,12 +62,13 @@ void check_encode(const char* name, EncodeFn<Code> cast, const char* format,
     const std::uint32_t want = i < offset ? poison : expected[i];
     if (got[i] == want) continue;
     if (bad++ == 0) {
-      std::printf("%s (%s, offset %zu): mismatch at [%zu]: x=%a (%.9g) expected %#" PRIx32
-                  " got %#" PRIx32 "\n",
+      std::printf("%s (%s, offset %zu): mismatch at [%zu]: x=%a (%.9g) expected %#" PRIx32 " got %#" PRIx32
+                  "\n",
                   name, version_name(v), offset, i, in[i], in[i], want, got[i]);
     }
   }
-  if (bad) std::printf("%s: %zu of %zu differ (seed %" PRIu64 ")\n", name, bad, in.size(), mpt::test::test_seed());
+  if (bad)
+    std::printf("%s: %zu of %zu differ (seed %" PRIu64 ")\n", name, bad, in.size(), mpt::test::test_seed());
   CHECK_MESSAGE(bad == 0, std::string(name), " ", version_name(v), " offset ", offset, ": ", bad,
                 " mismatches of ", in.size());
 }
@@ -76,13 +76,12 @@ void check_encode(const char* name, EncodeFn<Code> cast, const char* format,
 /// Decode every code of the format (and 13 more, for the tail) on the GPU
 /// and compare the floats' bits with mpt::decode on the host.
 template <class Code>
-void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& f,
-                  KernelVersion v, std::size_t offset) {
+void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& f, KernelVersion v,
+                  std::size_t offset) {
   std::vector<Code> codes;
   const std::uint32_t count = 1u << (8 * sizeof(Code));
   for (std::uint32_t c = 0; c < count; ++c) codes.push_back(mpt::test::code_from_bits<Code>(c));
-  for (std::uint32_t c = 0; c < 13; ++c)
-    codes.push_back(mpt::test::code_from_bits<Code>(count - 1 - 7 * c));
+  for (std::uint32_t c = 0; c < 13; ++c) codes.push_back(mpt::test::code_from_bits<Code>(count - 1 - 7 * c));
 
   mpt::test::DeviceArray<Code> d_in(codes);
   mpt::test::DeviceArray<float> d_out(codes.size());
@@ -93,8 +92,7 @@ void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& 
   std::size_t bad = 0;
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const std::uint32_t want =
-        i < offset ? 0xffffffffu
-                   : mpt::test::bits_from_float(mpt::decode(mpt::test::code_bits(codes[i]), f));
+        i < offset ? 0xffffffffu : mpt::test::bits_from_float(mpt::decode(mpt::test::code_bits(codes[i]), f));
     const std::uint32_t have = mpt::test::bits_from_float(got[i]);
     if (have == want) continue;
     if (bad++ == 0) {
@@ -110,8 +108,7 @@ void check_decode(const char* name, DecodeFn<Code> cast, const mpt::FormatSpec& 
 }
 
 template <class Code>
-void check_encode_all(const char* name, EncodeFn<Code> cast, const char* format,
-                      mpt::OverflowMode overflow) {
+void check_encode_all(const char* name, EncodeFn<Code> cast, const char* format, mpt::OverflowMode overflow) {
   const std::vector<float> mixed = mpt::test::mixed_inputs(kN, mpt::test::test_seed());
   const std::vector<float> boundaries = boundary_inputs();
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized}) {
@@ -140,32 +137,31 @@ TEST_CASE("fp32 -> bf16 on the GPU == mpt::encode_array (RNE, overflow to inf)")
                                   mpt::OverflowMode::infinity);
 }
 TEST_CASE("fp32 -> e4m3 on the GPU == mpt::encode_array (RNE, saturating)") {
-  check_encode_all<mpt::Fp8E4M3>("cast_fp32_to_e4m3_sat", mpt::cuda::cast_fp32_to_e4m3_sat,
-                                 "e4m3", mpt::OverflowMode::saturate);
+  check_encode_all<mpt::Fp8E4M3>("cast_fp32_to_e4m3_sat", mpt::cuda::cast_fp32_to_e4m3_sat, "e4m3",
+                                 mpt::OverflowMode::saturate);
 }
 TEST_CASE("fp32 -> e5m2 on the GPU == mpt::encode_array (RNE, saturating)") {
-  check_encode_all<mpt::Fp8E5M2>("cast_fp32_to_e5m2_sat", mpt::cuda::cast_fp32_to_e5m2_sat,
-                                 "e5m2", mpt::OverflowMode::saturate);
+  check_encode_all<mpt::Fp8E5M2>("cast_fp32_to_e5m2_sat", mpt::cuda::cast_fp32_to_e5m2_sat, "e5m2",
+                                 mpt::OverflowMode::saturate);
 }
 
 TEST_CASE("codes -> fp32 on the GPU == mpt::decode, every code") {
-  check_decode_all<mpt::Fp16Code>("cast_fp16_to_fp32", mpt::cuda::cast_fp16_to_fp32,
-                                  mpt::formats::fp16);
-  check_decode_all<mpt::Bf16Code>("cast_bf16_to_fp32", mpt::cuda::cast_bf16_to_fp32,
-                                  mpt::formats::bf16);
-  check_decode_all<mpt::Fp8E4M3>("cast_e4m3_to_fp32", mpt::cuda::cast_e4m3_to_fp32,
-                                 mpt::formats::e4m3);
-  check_decode_all<mpt::Fp8E5M2>("cast_e5m2_to_fp32", mpt::cuda::cast_e5m2_to_fp32,
-                                 mpt::formats::e5m2);
+  check_decode_all<mpt::Fp16Code>("cast_fp16_to_fp32", mpt::cuda::cast_fp16_to_fp32, mpt::formats::fp16);
+  check_decode_all<mpt::Bf16Code>("cast_bf16_to_fp32", mpt::cuda::cast_bf16_to_fp32, mpt::formats::bf16);
+  check_decode_all<mpt::Fp8E4M3>("cast_e4m3_to_fp32", mpt::cuda::cast_e4m3_to_fp32, mpt::formats::e4m3);
+  check_decode_all<mpt::Fp8E5M2>("cast_e5m2_to_fp32", mpt::cuda::cast_e5m2_to_fp32, mpt::formats::e5m2);
 }
 
 TEST_CASE("pinned values: the numbers chapter 01 quotes") {
   // Independent of encode_array: the codes written out by hand.
   // 0x1.8p-25 = 3*2^-26 is 0.75 of fp16's smallest subnormal (rounds up to
   // it); 0x1.8p-24 is the tie between 1 and 2 subnormal steps (goes to 2).
-  const std::vector<float> in = {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 0x1p-24f,
-                                 0x1p-25f, 0x1.8p-25f, 0x1.8p-24f, -0.0f, 448.0f, 464.0f,
-                                 1e6f, -1e6f};
+  const std::vector<float> in = {65504.0f,   std::nextafter(65520.0f, 0.0f),
+                                 65520.0f,   0x1p-24f,
+                                 0x1p-25f,   0x1.8p-25f,
+                                 0x1.8p-24f, -0.0f,
+                                 448.0f,     464.0f,
+                                 1e6f,       -1e6f};
   mpt::test::DeviceArray<float> d_in(in);
   mpt::test::DeviceArray<mpt::Fp16Code> d_h(in.size());
   mpt::test::DeviceArray<mpt::Fp8E4M3> d_q(in.size());
@@ -175,10 +171,10 @@ TEST_CASE("pinned values: the numbers chapter 01 quotes") {
   mpt::cuda::cast_fp32_to_e4m3_sat(d_in.get(), d_q.get(), in.size());
   const std::vector<std::uint32_t> h = mpt::test::code_bits(d_h.download());
   const std::vector<std::uint32_t> q = mpt::test::code_bits(d_q.download());
-  CHECK(h == std::vector<std::uint32_t>{0x7bff, 0x7bff, 0x7c00, 0x0001, 0x0000, 0x0001, 0x0002,
-                                        0x8000, 0x5f00, 0x5f40, 0x7c00, 0xfc00});
-  CHECK(q == std::vector<std::uint32_t>{0x7e, 0x7e, 0x7e, 0x00, 0x00, 0x00, 0x00, 0x80, 0x7e,
-                                        0x7e, 0x7e, 0xfe});
+  CHECK(h == std::vector<std::uint32_t>{0x7bff, 0x7bff, 0x7c00, 0x0001, 0x0000, 0x0001, 0x0002, 0x8000,
+                                        0x5f00, 0x5f40, 0x7c00, 0xfc00});
+  CHECK(q ==
+        std::vector<std::uint32_t>{0x7e, 0x7e, 0x7e, 0x00, 0x00, 0x00, 0x00, 0x80, 0x7e, 0x7e, 0x7e, 0xfe});
 }
 
 TEST_CASE("bad arguments: n == 0 is a no-op, an unknown version throws") {

@@ -26,22 +26,20 @@ mpt::RangeCounts host_counts(const float* x, std::size_t n, const mpt::FormatSpe
 }
 
 /// Compare two reports field by field; print the first few differences.
-std::size_t report_differences(const char* what, const mpt::RangeCounts& want,
-                               const mpt::RangeCounts& got) {
+std::size_t report_differences(const char* what, const mpt::RangeCounts& want, const mpt::RangeCounts& got) {
   std::size_t bad = 0;
   for (int c = 0; c < mpt::kRangeClassCount; ++c) {
     if (want.by_class[c] == got.by_class[c]) continue;
     if (bad++ < 5) {
       std::printf("%s: class %s expected %" PRIu64 " got %" PRIu64 "\n", what,
-                  mpt::range_class_name(static_cast<mpt::RangeClass>(c)), want.by_class[c],
-                  got.by_class[c]);
+                  mpt::range_class_name(static_cast<mpt::RangeClass>(c)), want.by_class[c], got.by_class[c]);
     }
   }
   for (int k = 0; k < mpt::kLog2BinCount; ++k) {
     if (want.log2_hist[k] == got.log2_hist[k]) continue;
     if (bad++ < 5) {
-      std::printf("%s: log2 bin %d expected %" PRIu64 " got %" PRIu64 "\n", what,
-                  k + mpt::kLog2BinMin, want.log2_hist[k], got.log2_hist[k]);
+      std::printf("%s: log2 bin %d expected %" PRIu64 " got %" PRIu64 "\n", what, k + mpt::kLog2BinMin,
+                  want.log2_hist[k], got.log2_hist[k]);
     }
   }
   if (bad) std::printf("%s: %zu fields differ\n", what, bad);
@@ -96,17 +94,19 @@ TEST_CASE("range report: hand-counted fp16 example") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> in = {
-      65520.0f,                          // overflow (the tie rounds to even: inf)     bin 15
-      -1e6f,                             // overflow                                    bin 19
-      65504.0f,                          // exact (fp16 max)                            bin 15
-      std::nextafter(65520.0f, 0.0f),    // rounded down to 65504                       bin 15
-      0x1p-25f,                          // flushed_to_zero (tie with 0 goes to 0)      bin -25
-      0x1.8p-25f,                        // subnormal_result (rounds to 2^-24)          bin -25
-      0x1p-24f,                          // subnormal_result, although exact            bin -24
-      0x1p-14f,                          // exact (min normal)                          bin -14
-      1.0f + 0x1p-11f,                   // rounded (tie, to even: 1)                   bin 0
-      0.0f, -0.0f,                       // zero
-      inf, nan,                          // nonfinite
+      65520.0f,                        // overflow (the tie rounds to even: inf)     bin 15
+      -1e6f,                           // overflow                                    bin 19
+      65504.0f,                        // exact (fp16 max)                            bin 15
+      std::nextafter(65520.0f, 0.0f),  // rounded down to 65504                       bin 15
+      0x1p-25f,                        // flushed_to_zero (tie with 0 goes to 0)      bin -25
+      0x1.8p-25f,                      // subnormal_result (rounds to 2^-24)          bin -25
+      0x1p-24f,                        // subnormal_result, although exact            bin -24
+      0x1p-14f,                        // exact (min normal)                          bin -14
+      1.0f + 0x1p-11f,                 // rounded (tie, to even: 1)                   bin 0
+      0.0f,
+      -0.0f,  // zero
+      inf,
+      nan,  // nonfinite
   };
   mpt::test::DeviceArray<float> d_x(in);
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized}) {
@@ -134,8 +134,7 @@ TEST_CASE("range report: hand-counted fp16 example") {
 
 TEST_CASE("range report: an unknown version throws") {
   mpt::test::DeviceArray<float> d(4);
-  CHECK_THROWS_AS(mpt::cuda::range_counts(d.get(), 4, mpt::formats::fp16,
-                                          static_cast<KernelVersion>(0)),
+  CHECK_THROWS_AS(mpt::cuda::range_counts(d.get(), 4, mpt::formats::fp16, static_cast<KernelVersion>(0)),
                   std::invalid_argument);
 }
 

@@ -50,10 +50,10 @@ using mpt::test::DeviceArray;
 constexpr mpt::FormatSpec kFp16 = mpt::formats::fp16;
 
 std::uint16_t to_fp16(float x) {
-  return static_cast<std::uint16_t>(mpt::encode_exact(
-      mpt::round_to_format(x, kFp16, mpt::RoundingMode::nearest_even, mpt::OverflowMode::infinity,
-                           mpt::SubnormalMode::keep),
-      kFp16));
+  return static_cast<std::uint16_t>(
+      mpt::encode_exact(mpt::round_to_format(x, kFp16, mpt::RoundingMode::nearest_even,
+                                             mpt::OverflowMode::infinity, mpt::SubnormalMode::keep),
+                        kFp16));
 }
 float from_fp16(std::uint16_t c) { return mpt::decode(c, kFp16); }
 bool fp16_is_nan(std::uint16_t c) { return (c & 0x7c00u) == 0x7c00u && (c & 0x03ffu) != 0; }
@@ -110,9 +110,7 @@ Operand make_operand(int rows, int cols, bool t, Inputs kind, std::mt19937_64& r
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::uint16_t& c : o.codes) {
     switch (kind) {
-      case Inputs::small_integers:
-        c = to_fp16(static_cast<float>(static_cast<int>(rng() % 17) - 8));
-        break;
+      case Inputs::small_integers: c = to_fp16(static_cast<float>(static_cast<int>(rng() % 17) - 8)); break;
       case Inputs::normal: c = to_fp16(normal(rng)); break;
       case Inputs::adversarial:
         // One in 16 is any fp16 code at all: inf, NaN, subnormals, ±65504.
@@ -130,17 +128,15 @@ Operand make_operand(int rows, int cols, bool t, Inputs kind, std::mt19937_64& r
 
 /// Run one configuration on the GPU (fp32 and fp16 outputs, poisoned, with
 /// 7 guard elements after C) and check it.
-void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
-                std::mt19937_64& rng) {
+void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind, std::mt19937_64& rng) {
   const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
   const Operand a = make_operand(s.M, s.K, tA, kind, rng);
   const Operand b = make_operand(s.K, s.N, tB, kind, rng);
   const std::vector<float> want = reference_gemm(a, b, s);
   const std::size_t mn = static_cast<std::size_t>(s.M) * s.N;
   char label[160];
-  std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s",
-                gemm_version_name(v), s.M, s.N, s.K, tA ? "^T" : "",
-                tB ? "^T" : "", inputs_name(kind));
+  std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s", gemm_version_name(v), s.M, s.N,
+                s.K, tA ? "^T" : "", tB ? "^T" : "", inputs_name(kind));
 
   DeviceArray<mpt::Fp16Code> d_a(typed(a.codes)), d_b(typed(b.codes));
   DeviceArray<float> d_c(mn + 7);
@@ -163,8 +159,8 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
     const bool same_h = want_h == h[i] || (fp16_is_nan(want_h) && fp16_is_nan(h[i]));
     if (!same || !same_h) {
       if (bad++ < 5)
-        std::printf("%s: C[%d][%d] want %a (fp16 %#06x) got %a (fp16 %#06x)\n", label, m, n,
-                    want[i], want_h, c[i], h[i]);
+        std::printf("%s: C[%d][%d] want %a (fp16 %#06x) got %a (fp16 %#06x)\n", label, m, n, want[i], want_h,
+                    c[i], h[i]);
     }
     // 3: the order-independent bound, against double.
     if (std::isfinite(want[i])) {
@@ -190,13 +186,13 @@ void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind,
     }
   }
   if (bad || bound_bad)
-    std::printf("%s: %zu mismatches, %zu above the bound; max |err| %g, max err/bound %g\n",
-                label, bad, bound_bad, max_err, max_ratio);
+    std::printf("%s: %zu mismatches, %zu above the bound; max |err| %g, max err/bound %g\n", label, bad,
+                bound_bad, max_err, max_ratio);
   CHECK_MESSAGE(bad == 0, label, ": ", bad, " mismatches against the same-order reference");
   CHECK_MESSAGE(bound_bad == 0, label, ": ", bound_bad, " outputs outside K eps sum|ab|");
 }
 
-const Shape kShapes[] = {{1, 1, 1},   {1, 1, 0},   {17, 33, 65},  {64, 64, 64}, {3, 200, 7},
+const Shape kShapes[] = {{1, 1, 1},   {1, 1, 0},     {17, 33, 65},   {64, 64, 64}, {3, 200, 7},
                          {33, 1, 40}, {1, 50, 1000}, {100, 70, 300}, {16, 16, 17}};
 
 }  // namespace
@@ -241,11 +237,10 @@ TEST_CASE("gemm_fp16: empty sizes are no-ops, bad arguments throw") {
                   std::invalid_argument);
   // One row more than 65535 row blocks hold, and M = INT_MAX (where M + 15
   // would overflow an int): std::length_error, before any launch.
-  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 65535 * 16 + 1, 1, 1, d.get(), d.get(),
-                                       c.get()),
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 65535 * 16 + 1, 1, 1, d.get(), d.get(), c.get()),
                   std::length_error);
-  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, std::numeric_limits<int>::max(), 1, 1,
-                                       d.get(), d.get(), c.get()),
+  CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, std::numeric_limits<int>::max(), 1, 1, d.get(),
+                                       d.get(), c.get()),
                   std::length_error);
   CHECK_THROWS_AS(mpt::cuda::gemm_fp16(Trans::no, Trans::no, 2, 2, 2, d.get(), d.get(), c.get(),
                                        static_cast<GemmVersion>(5)),

@@ -41,17 +41,18 @@ const std::uint32_t kPoison = 0xffffffffu;  // a NaN a GPU multiply would turn i
 
 /// Compare floats bit for bit (NaN: any NaN when nan_any_payload); print the
 /// first mismatches and the count, llm.c style.
-std::size_t mismatches(const std::vector<float>& want, const std::vector<float>& got,
-                       bool nan_any_payload, const std::string& what) {
+std::size_t mismatches(const std::vector<float>& want, const std::vector<float>& got, bool nan_any_payload,
+                       const std::string& what) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     if (mpt::test::same_float(want[i], got[i], nan_any_payload)) continue;
     if (bad++ < 5)
-      std::printf("%s: [%zu] want %#010x (%a) got %#010x (%a)\n", what.c_str(), i,
-                  bits_from_float(want[i]), want[i], bits_from_float(got[i]), got[i]);
+      std::printf("%s: [%zu] want %#010x (%a) got %#010x (%a)\n", what.c_str(), i, bits_from_float(want[i]),
+                  want[i], bits_from_float(got[i]), got[i]);
   }
-  if (bad) std::printf("%s: %zu of %zu differ (seed %llu)\n", what.c_str(), bad, want.size(),
-                       static_cast<unsigned long long>(mpt::test::test_seed()));
+  if (bad)
+    std::printf("%s: %zu of %zu differ (seed %llu)\n", what.c_str(), bad, want.size(),
+                static_cast<unsigned long long>(mpt::test::test_seed()));
   return bad;
 }
 
@@ -124,8 +125,7 @@ struct RunResult {
 };
 
 /// One GPU run: upload, reset the (poisoned) flag, unscale, download.
-RunResult run_gpu(const Layout& L, const std::vector<float>& flat, float inv_scale,
-                  KernelVersion v) {
+RunResult run_gpu(const Layout& L, const std::vector<float>& flat, float inv_scale, KernelVersion v) {
   DeviceArray<float> d_flat(flat);
   DeviceArray<float> d_inv(std::vector<float>{inv_scale});
   DeviceArray<float> d_found(1);
@@ -136,14 +136,14 @@ RunResult run_gpu(const Layout& L, const std::vector<float>& flat, float inv_sca
   return {d_flat.download(), d_found.download()[0]};
 }
 
-void check_against_cpu(const Layout& L, const std::vector<float>& flat, float inv_scale,
-                       KernelVersion v, const std::string& what) {
+void check_against_cpu(const Layout& L, const std::vector<float>& flat, float inv_scale, KernelVersion v,
+                       const std::string& what) {
   std::vector<float> want = flat;
   const bool want_found = mpt::unscale_and_check(L.host(want.data()), inv_scale);
   const RunResult got = run_gpu(L, flat, inv_scale, v);
   const std::string name = what + " " + version_name(v) + " inv_scale " + std::to_string(inv_scale);
-  CHECK_MESSAGE(got.found == (want_found ? 1.0f : 0.0f), name, ": found_inf ", got.found,
-                " expected ", want_found);
+  CHECK_MESSAGE(got.found == (want_found ? 1.0f : 0.0f), name, ": found_inf ", got.found, " expected ",
+                want_found);
   // Tensor elements: bit for bit (NaN: any NaN when a multiply happened).
   // Guards: exactly the poison, always — a kernel that strays outside a
   // tensor turns a guard's 0xffffffff into 0x7fffffff.
@@ -179,7 +179,7 @@ TEST_CASE("unscale_and_check: adversarial and random inputs, bit for bit against
   const std::vector<float> mixed = mpt::test::mixed_inputs(L.elements(), seed);
   const std::vector<float> finite = finite_values(L.elements(), seed + 1);
   const float inv_scales[] = {0x1p-16f, 1.0f / 3.0f, static_cast<float>(1.0 / (65536.0 * 3.0)),
-                              1.0f, 0x1p+10f, 0.0f};
+                              1.0f,     0x1p+10f,    0.0f};
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized})
     for (float inv : inv_scales) {
       check_against_cpu(L, L.fill(mixed), inv, v, "mixed");
@@ -194,12 +194,11 @@ TEST_CASE("unscale_and_check: one inf or NaN anywhere sets found_inf; everything
   std::vector<std::size_t> positions;
   for (std::size_t t = 0; t < L.size.size(); ++t) {
     if (L.size[t] == 0) continue;
-    for (std::size_t j : {std::size_t{0}, L.size[t] - 1, L.size[t] / 2, std::size_t{8191},
-                          std::size_t{8192}, std::size_t{4 * (L.size[t] / 4)}})
+    for (std::size_t j : {std::size_t{0}, L.size[t] - 1, L.size[t] / 2, std::size_t{8191}, std::size_t{8192},
+                          std::size_t{4 * (L.size[t] / 4)}})
       if (j < L.size[t]) positions.push_back(L.start[t] + j);
   }
-  const float bads[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN(),
-                        float_from_bits(0x7f800001u)};
+  const float bads[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), float_from_bits(0x7f800001u)};
   std::size_t k = 0;
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized})
     for (std::size_t pos : positions) {
@@ -234,8 +233,8 @@ TEST_CASE("unscale_and_check: found_inf is only ever set, never cleared; empty l
 }
 
 TEST_CASE("inverse_scale: (float)(1.0 / (double)scale), the bits the host computes") {
-  const std::vector<float> scales = {65536.0f, 3.0f, 1.0f, 0.1f, 1e-30f, 0x1p-149f, 0x1p+127f,
-                                     1.5f, 6.0e4f, 0.0f, kInf, 0x1.fffffep+127f, 7.0f};
+  const std::vector<float> scales = {65536.0f, 3.0f,   1.0f, 0.1f, 1e-30f,           0x1p-149f, 0x1p+127f,
+                                     1.5f,     6.0e4f, 0.0f, kInf, 0x1.fffffep+127f, 7.0f};
   DeviceArray<float> d_scale(scales);
   DeviceArray<float> d_inv(scales.size());
   d_inv.poison();
@@ -266,8 +265,8 @@ TEST_CASE("update_scale on the device follows mpt::update_scale step for step") 
     d_thist.poison();
     // Every step queued back to back: no host synchronisation until the end.
     for (std::size_t s = 0; s < flags.size(); ++s) {
-      mpt::cuda::update_scale(d_scale.get(), d_tracker.get(), d_flags.get() + s, c.growth,
-                              c.backoff, c.interval);
+      mpt::cuda::update_scale(d_scale.get(), d_tracker.get(), d_flags.get() + s, c.growth, c.backoff,
+                              c.interval);
       mpt::test::cuda_ok(cudaMemcpyAsync(d_hist.get() + s, d_scale.get(), 4, cudaMemcpyDeviceToDevice),
                          "record scale");
       mpt::test::cuda_ok(cudaMemcpyAsync(d_thist.get() + s, d_tracker.get(), 4, cudaMemcpyDeviceToDevice),
@@ -282,14 +281,14 @@ TEST_CASE("update_scale on the device follows mpt::update_scale step for step") 
     for (std::size_t s = 0; s < ref.size(); ++s) {
       want.push_back(ref[s].scale);
       if (thist[s] != ref[s].tracker && tracker_bad++ < 5)
-        std::printf("update_scale %s: step %zu tracker %d expected %d\n", c.name, s + 1,
-                    thist[s], ref[s].tracker);
+        std::printf("update_scale %s: step %zu tracker %d expected %d\n", c.name, s + 1, thist[s],
+                    ref[s].tracker);
     }
     CAPTURE(c.name);
     CHECK(mismatches(want, hist, false, std::string("update_scale ") + c.name) == 0);
     CHECK(tracker_bad == 0);
-    if (c.init < 1.0f) CHECK(want[199] == 0.0f);           // driven to zero
-    if (c.init >= 0x1p+126f)  // grows up to 2^127, never to inf
+    if (c.init < 1.0f) CHECK(want[199] == 0.0f);  // driven to zero
+    if (c.init >= 0x1p+126f)                      // grows up to 2^127, never to inf
       CHECK(*std::max_element(want.begin(), want.end()) == 0x1p+127f);
   }
 }

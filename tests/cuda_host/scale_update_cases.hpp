@@ -52,10 +52,7 @@ inline std::vector<bool> scale_update_flags(const ScaleUpdateCase& c, std::uint6
   std::mt19937_64 rng(seed);
   std::vector<bool> flags;
   for (int s = 0; s < kScaleUpdateSteps; ++s) {
-    const bool f = s < 20    ? true
-                   : s < 120 ? false
-                   : s < kFixedSteps ? (s % 2 == 0)
-                                     : (rng() % 10) < 3;
+    const bool f = s < 20 ? true : s < 120 ? false : s < kFixedSteps ? (s % 2 == 0) : (rng() % 10) < 3;
     flags.push_back(f || (c.init < 1.0f && s < 200));
   }
   return flags;
@@ -71,8 +68,8 @@ struct ScaleUpdateStep {
 /// with tracker 0, with the factors given (c.growth and c.backoff for the
 /// reference; the tests also pass them rounded to float).
 inline std::vector<ScaleUpdateStep> scale_update_sequence(const ScaleUpdateCase& c,
-                                                          const std::vector<bool>& flags,
-                                                          double growth, double backoff) {
+                                                          const std::vector<bool>& flags, double growth,
+                                                          double backoff) {
   float scale = c.init;
   std::int32_t tracker = 0;
   std::vector<ScaleUpdateStep> out;

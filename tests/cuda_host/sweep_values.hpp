@@ -42,24 +42,24 @@ inline std::vector<float> adversarial_values() {
       65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 65536.0f, 65519.0f, 65505.0f,
       // fp16 subnormals: min subnormal, half of it (tie to 0), 3/2 of it (tie
       // to 2^-23), just either side, the largest subnormal, min normal
-      0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 0x1.000002p-25f, 0x1.fffffep-26f,
-      0x1.ff8p-15f, 0x1.ffcp-15f, 0x1p-14f, 0x1.004p-14f,
+      0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 0x1.000002p-25f, 0x1.fffffep-26f, 0x1.ff8p-15f,
+      0x1.ffcp-15f, 0x1p-14f, 0x1.004p-14f,
       // fp16 and bf16 ties around 1 (round to even: down, then up)
       1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f,
       // bf16: max, the overflow tie, just below it, min subnormal and its half
-      float_from_bits(0x7f7f0000u), float_from_bits(0x7f7f8000u), float_from_bits(0x7f7f7fffu),
-      0x1p-133f, 0x1p-134f, 0x1.8p-134f, 0x1p-126f,
+      float_from_bits(0x7f7f0000u), float_from_bits(0x7f7f8000u), float_from_bits(0x7f7f7fffu), 0x1p-133f,
+      0x1p-134f, 0x1.8p-134f, 0x1p-126f,
       // E4M3: max, the saturating tie 464, above it, 480 (would be the NaN
       // code), subnormal 2^-9 and its ties
-      448.0f, 464.0f, std::nextafter(464.0f, inf), std::nextafter(464.0f, 0.0f), 480.0f, 512.0f,
-      0x1p-9f, 0x1p-10f, 0x1.8p-10f, 0x1p-6f,
+      448.0f, 464.0f, std::nextafter(464.0f, inf), std::nextafter(464.0f, 0.0f), 480.0f, 512.0f, 0x1p-9f,
+      0x1p-10f, 0x1.8p-10f, 0x1p-6f,
       // E5M2: max, the overflow tie 61440, above and below, 2^16
-      57344.0f, 61440.0f, std::nextafter(61440.0f, inf), std::nextafter(61440.0f, 0.0f),
-      0x1p-16f, 0x1p-17f, 0x1.8p-17f,
+      57344.0f, 61440.0f, std::nextafter(61440.0f, inf), std::nextafter(61440.0f, 0.0f), 0x1p-16f, 0x1p-17f,
+      0x1.8p-17f,
       // fp32 extremes: max, min normal, the float subnormals
-      std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
-      float_from_bits(1u), float_from_bits(2u), float_from_bits(3u), float_from_bits(0x007fffffu),
-      float_from_bits(0x00400000u), 1.0f, 3.0f, 0.1f};
+      std::numeric_limits<float>::max(), std::numeric_limits<float>::min(), float_from_bits(1u),
+      float_from_bits(2u), float_from_bits(3u), float_from_bits(0x007fffffu), float_from_bits(0x00400000u),
+      1.0f, 3.0f, 0.1f};
   std::vector<float> out;
   for (float x : positive) {
     out.push_back(x);

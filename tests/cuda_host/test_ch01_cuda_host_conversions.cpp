@@ -43,8 +43,6 @@
 
 namespace {
 
-using mpt::test::float_from_bits;
-
 std::uint64_t test_seed() {
   const char* s = std::getenv("MPT_SEED");
   return s ? std::strtoull(s, nullptr, 0) : 20240101u;
@@ -114,18 +112,17 @@ void compare(const char* what, const mpt::FormatSpec& f, const std::vector<std::
   std::size_t bad = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (ours[i] == theirs[i]) continue;
-    if (!nan_bitwise && std::isnan(mpt::decode(ours[i], f)) &&
-        std::isnan(mpt::decode(theirs[i], f))) {
+    if (!nan_bitwise && std::isnan(mpt::decode(ours[i], f)) && std::isnan(mpt::decode(theirs[i], f))) {
       continue;
     }
     if (bad++ < 5) {
-      std::printf("  %s mismatch at [%zu]: x=%a (%.9g) mpt=%#" PRIx32 " (%.9g) reference=%#" PRIx32
-                  " (%.9g)\n",
-                  what, i, in[i], in[i], ours[i], mpt::decode(ours[i], f), theirs[i],
-                  mpt::decode(theirs[i], f));
+      std::printf(
+          "  %s mismatch at [%zu]: x=%a (%.9g) mpt=%#" PRIx32 " (%.9g) reference=%#" PRIx32 " (%.9g)\n", what,
+          i, in[i], in[i], ours[i], mpt::decode(ours[i], f), theirs[i], mpt::decode(theirs[i], f));
     }
   }
-  if (bad) std::printf("  %s: %zu of %zu inputs differ (seed %" PRIu64 ")\n", what, bad, in.size(), test_seed());
+  if (bad)
+    std::printf("  %s: %zu of %zu inputs differ (seed %" PRIu64 ")\n", what, bad, in.size(), test_seed());
   CHECK_MESSAGE(bad == 0, std::string(what), ": ", bad, " mismatches of ", in.size());
 }
 
@@ -149,12 +146,12 @@ std::uint16_t bits16(const T& h) {
 
 TEST_CASE("the sweep covers every fp16 and bf16 code and the tie points") {
   const std::vector<float>& in = sweep_inputs();
-  MESSAGE("sweep: ", in.size(), " inputs, seed ", test_seed(), "; mpt round_array path: ",
-          mpt::avx2_available() ? "avx2" : "portable");
+  MESSAGE("sweep: ", in.size(), " inputs, seed ", test_seed(),
+          "; mpt round_array path: ", mpt::avx2_available() ? "avx2" : "portable");
   CHECK(in.size() > 8'000'000);
   // The boundary values the brief names are in there, both signs.
-  for (float x : {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 0x1p-24f, 0x1p-25f,
-                  0x1.8p-25f, 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f}) {
+  for (float x : {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 448.0f,
+                  464.0f, 480.0f, 57344.0f, 61440.0f}) {
     CHECK(std::find(in.begin(), in.end(), x) != in.end());
     CHECK(std::find(in.begin(), in.end(), -x) != in.end());
   }
@@ -169,8 +166,7 @@ TEST_CASE("fp16: mpt == __float2half_rn == Eigen::half, bit for bit") {
           reference_codes([](float x) { return bits16(Eigen::half(x)); }), true);
   // The documented NaN difference, pinned so that a change on either side shows.
   CHECK(bits16(__float2half_rn(-std::numeric_limits<float>::quiet_NaN())) == 0x7fff);
-  CHECK(mpt::encode_exact(mpt::round_value(-std::numeric_limits<float>::quiet_NaN(), f), f.spec) ==
-        0xfe00);
+  CHECK(mpt::encode_exact(mpt::round_value(-std::numeric_limits<float>::quiet_NaN(), f), f.spec) == 0xfe00);
 }
 
 TEST_CASE("bf16: mpt == __float2bfloat16_rn == Eigen::bfloat16, bit for bit") {
@@ -188,8 +184,7 @@ TEST_CASE("e4m3: mpt == __nv_cvt_float_to_fp8(E4M3), saturating and not") {
           reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }),
           false);
   compare("e4m3 infinity vs __NV_NOSAT", f.spec, mpt_codes(f, mpt::OverflowMode::infinity),
-          reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3); }),
-          false);
+          reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3); }), false);
 }
 
 TEST_CASE("e5m2: mpt == __nv_cvt_float_to_fp8(E5M2), saturating and not") {
@@ -198,8 +193,7 @@ TEST_CASE("e5m2: mpt == __nv_cvt_float_to_fp8(E5M2), saturating and not") {
           reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); }),
           false);
   compare("e5m2 infinity vs __NV_NOSAT", f.spec, mpt_codes(f, mpt::OverflowMode::infinity),
-          reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2); }),
-          false);
+          reference_codes([](float x) { return __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2); }), false);
 }
 
 TEST_CASE("decoding every code agrees with CUDA's host conversions back to float") {
@@ -216,8 +210,12 @@ TEST_CASE("decoding every code agrees with CUDA's host conversions back to float
   }
   for (std::uint32_t c = 0; c < 0x100u; ++c) {
     const auto code = static_cast<__nv_fp8_storage_t>(c);
-    if (!same(mpt::decode(c, mpt::formats::e4m3), __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3))))) ++bad;
-    if (!same(mpt::decode(c, mpt::formats::e5m2), __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E5M2))))) ++bad;
+    if (!same(mpt::decode(c, mpt::formats::e4m3),
+              __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)))))
+      ++bad;
+    if (!same(mpt::decode(c, mpt::formats::e5m2),
+              __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E5M2)))))
+      ++bad;
   }
   CHECK(bad == 0);
 }
@@ -226,8 +224,10 @@ TEST_CASE("decoding every code agrees with CUDA's host conversions back to float
 
 int main(int argc, char** argv) {
 #if !defined(MPT_HAVE_CUDA_HEADERS)
-  std::printf("SKIPPED %s: CUDA's cuda_fp16.h/cuda_bf16.h/cuda_fp8.h were not found at configure "
-              "time (MPT_CUDA_INCLUDE_DIR)\n", argc > 0 ? argv[0] : "test");
+  std::printf(
+      "SKIPPED %s: CUDA's cuda_fp16.h/cuda_bf16.h/cuda_fp8.h were not found at configure "
+      "time (MPT_CUDA_INCLUDE_DIR)\n",
+      argc > 0 ? argv[0] : "test");
   return 77;
 #else
   doctest::Context context(argc, argv);

@@ -26,7 +26,6 @@ using mpt::Bf16Code;
 using mpt::Fp16Code;
 using mpt::Fp8E4M3;
 using mpt::Fp8E5M2;
-using mpt::cuda::KernelVersion;
 using mpt::cuda::Trans;
 
 // --- the code types ------------------------------------------------------
@@ -37,8 +36,7 @@ constexpr bool converts = std::is_convertible_v<From, To>;
 // No pointer to one code converts to a pointer to another code, nor to or
 // from the raw integer: the typing is only worth anything if these hold.
 static_assert(!converts<Fp16Code*, Bf16Code*> && !converts<Bf16Code*, Fp16Code*>);
-static_assert(!converts<const Fp16Code*, const Bf16Code*> &&
-              !converts<const Bf16Code*, const Fp16Code*>);
+static_assert(!converts<const Fp16Code*, const Bf16Code*> && !converts<const Bf16Code*, const Fp16Code*>);
 static_assert(!converts<std::uint16_t*, Fp16Code*> && !converts<Fp16Code*, std::uint16_t*>);
 static_assert(!converts<std::uint16_t*, Bf16Code*> && !converts<Bf16Code*, std::uint16_t*>);
 static_assert(!converts<Fp8E4M3*, Fp8E5M2*> && !converts<Fp8E5M2*, Fp8E4M3*>);
@@ -50,51 +48,48 @@ static_assert(!converts<Fp16Code, Bf16Code> && !converts<Bf16Code, Fp16Code>);
 static_assert(!converts<std::uint16_t, Fp16Code> && !converts<Fp16Code, std::uint16_t>);
 
 // Exactly their raw integers, so cudaMalloc(n * sizeof(code)) holds n codes.
-static_assert(sizeof(Fp16Code) == 2 && sizeof(Bf16Code) == 2 && sizeof(Fp8E4M3) == 1 &&
-              sizeof(Fp8E5M2) == 1);
+static_assert(sizeof(Fp16Code) == 2 && sizeof(Bf16Code) == 2 && sizeof(Fp8E4M3) == 1 && sizeof(Fp8E5M2) == 1);
 static_assert(alignof(Fp16Code) == 2 && alignof(Bf16Code) == 2 && alignof(Fp8E4M3) == 1 &&
               alignof(Fp8E5M2) == 1);
 
 // --- the cast API: each accepts its own code and nothing else -------------
 
-#define MPT_ACCEPTS(NAME, CALL)                                                         \
-  template <class P, class = void>                                                      \
-  struct NAME : std::false_type {};                                                     \
-  template <class P>                                                                    \
-  struct NAME<P, std::void_t<decltype(CALL)>> : std::true_type {};                      \
-  template <class P>                                                                    \
+// NAME is a type name and CALL an expression placed inside decltype():
+// parentheses would change neither, so the macro check is off here.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define MPT_ACCEPTS(NAME, CALL)                                    \
+  template <class P, class = void>                                 \
+  struct NAME : std::false_type {};                                \
+  template <class P>                                               \
+  struct NAME<P, std::void_t<decltype(CALL)>> : std::true_type {}; \
+  template <class P>                                               \
   constexpr bool NAME##_v = NAME<P>::value;
+// NOLINTEND(bugprone-macro-parentheses)
 
 // P is the pointer type handed over where the codes go.
-MPT_ACCEPTS(to_fp16, mpt::cuda::cast_fp32_to_fp16(std::declval<const float*>(),
-                                                  std::declval<P>(), std::size_t{}))
-MPT_ACCEPTS(from_fp16, mpt::cuda::cast_fp16_to_fp32(std::declval<P>(), std::declval<float*>(),
-                                                    std::size_t{}))
-MPT_ACCEPTS(to_bf16, mpt::cuda::cast_fp32_to_bf16(std::declval<const float*>(),
-                                                  std::declval<P>(), std::size_t{}))
-MPT_ACCEPTS(from_bf16, mpt::cuda::cast_bf16_to_fp32(std::declval<P>(), std::declval<float*>(),
-                                                    std::size_t{}))
-MPT_ACCEPTS(to_e4m3, mpt::cuda::cast_fp32_to_e4m3_sat(std::declval<const float*>(),
-                                                      std::declval<P>(), std::size_t{}))
-MPT_ACCEPTS(from_e4m3, mpt::cuda::cast_e4m3_to_fp32(std::declval<P>(), std::declval<float*>(),
-                                                    std::size_t{}))
-MPT_ACCEPTS(to_e5m2, mpt::cuda::cast_fp32_to_e5m2_sat(std::declval<const float*>(),
-                                                      std::declval<P>(), std::size_t{}))
-MPT_ACCEPTS(from_e5m2, mpt::cuda::cast_e5m2_to_fp32(std::declval<P>(), std::declval<float*>(),
-                                                    std::size_t{}))
+MPT_ACCEPTS(to_fp16,
+            mpt::cuda::cast_fp32_to_fp16(std::declval<const float*>(), std::declval<P>(), std::size_t{}))
+MPT_ACCEPTS(from_fp16, mpt::cuda::cast_fp16_to_fp32(std::declval<P>(), std::declval<float*>(), std::size_t{}))
+MPT_ACCEPTS(to_bf16,
+            mpt::cuda::cast_fp32_to_bf16(std::declval<const float*>(), std::declval<P>(), std::size_t{}))
+MPT_ACCEPTS(from_bf16, mpt::cuda::cast_bf16_to_fp32(std::declval<P>(), std::declval<float*>(), std::size_t{}))
+MPT_ACCEPTS(to_e4m3,
+            mpt::cuda::cast_fp32_to_e4m3_sat(std::declval<const float*>(), std::declval<P>(), std::size_t{}))
+MPT_ACCEPTS(from_e4m3, mpt::cuda::cast_e4m3_to_fp32(std::declval<P>(), std::declval<float*>(), std::size_t{}))
+MPT_ACCEPTS(to_e5m2,
+            mpt::cuda::cast_fp32_to_e5m2_sat(std::declval<const float*>(), std::declval<P>(), std::size_t{}))
+MPT_ACCEPTS(from_e5m2, mpt::cuda::cast_e5m2_to_fp32(std::declval<P>(), std::declval<float*>(), std::size_t{}))
 // gemm_fp16 with both operands of type P, FP32 output; and with fp16
 // operands and an output of type P.
 MPT_ACCEPTS(gemm_inputs, mpt::cuda::gemm_fp16(Trans::no, Trans::no, 1, 1, 1, std::declval<P>(),
                                               std::declval<P>(), std::declval<float*>()))
-MPT_ACCEPTS(gemm_output, mpt::cuda::gemm_fp16(Trans::no, Trans::no, 1, 1, 1,
-                                              std::declval<const Fp16Code*>(),
-                                              std::declval<const Fp16Code*>(),
-                                              std::declval<P>()))
+MPT_ACCEPTS(gemm_output, mpt::cuda::gemm_fp16(Trans::no, Trans::no, 1, 1, 1, std::declval<const Fp16Code*>(),
+                                              std::declval<const Fp16Code*>(), std::declval<P>()))
 #undef MPT_ACCEPTS
 
 static_assert(to_fp16_v<Fp16Code*> && !to_fp16_v<Bf16Code*> && !to_fp16_v<std::uint16_t*>);
-static_assert(from_fp16_v<const Fp16Code*> && from_fp16_v<Fp16Code*> &&
-              !from_fp16_v<const Bf16Code*> && !from_fp16_v<const std::uint16_t*>);
+static_assert(from_fp16_v<const Fp16Code*> && from_fp16_v<Fp16Code*> && !from_fp16_v<const Bf16Code*> &&
+              !from_fp16_v<const std::uint16_t*>);
 static_assert(to_bf16_v<Bf16Code*> && !to_bf16_v<Fp16Code*> && !to_bf16_v<std::uint16_t*>);
 static_assert(from_bf16_v<const Bf16Code*> && !from_bf16_v<const Fp16Code*> &&
               !from_bf16_v<const std::uint16_t*>);
@@ -104,8 +99,8 @@ static_assert(from_e4m3_v<const Fp8E4M3*> && !from_e4m3_v<const Fp8E5M2*> &&
 static_assert(to_e5m2_v<Fp8E5M2*> && !to_e5m2_v<Fp8E4M3*> && !to_e5m2_v<std::uint8_t*>);
 static_assert(from_e5m2_v<const Fp8E5M2*> && !from_e5m2_v<const Fp8E4M3*> &&
               !from_e5m2_v<const std::uint8_t*>);
-static_assert(gemm_inputs_v<const Fp16Code*> && gemm_inputs_v<Fp16Code*> &&
-              !gemm_inputs_v<const Bf16Code*> && !gemm_inputs_v<const std::uint16_t*>);
+static_assert(gemm_inputs_v<const Fp16Code*> && gemm_inputs_v<Fp16Code*> && !gemm_inputs_v<const Bf16Code*> &&
+              !gemm_inputs_v<const std::uint16_t*>);
 static_assert(gemm_output_v<float*> && gemm_output_v<Fp16Code*> && !gemm_output_v<Bf16Code*> &&
               !gemm_output_v<std::uint16_t*>);
 
@@ -115,8 +110,7 @@ static_assert(gemm_output_v<float*> && gemm_output_v<Fp16Code*> && !gemm_output_
 // factor such as 0.3 before mpt::update_scale sees it (tests/cpu/
 // test_ch02_scaler_math.cpp shows that the scale then drifts from the CPU's).
 static_assert(std::is_same_v<decltype(&mpt::cuda::update_scale),
-                             void (*)(float*, std::int32_t*, const float*, double, double,
-                                      std::int32_t)>,
+                             void (*)(float*, std::int32_t*, const float*, double, double, std::int32_t)>,
               "mpt::cuda::update_scale must take its factors as double");
 
 }  // namespace

@@ -39,8 +39,7 @@ std::vector<float> lognormal_gradients() {
   Rng rng(0x01f16d0eULL);
   std::vector<float> g(kGradients);
   for (float& v : g)
-    v = static_cast<float>(rng.sign() *
-                           std::pow(10.0, kGradLog10Mean + kGradLog10Sigma * rng.normal()));
+    v = static_cast<float>(rng.sign() * std::pow(10.0, kGradLog10Mean + kGradLog10Sigma * rng.normal()));
   return g;
 }
 
@@ -111,8 +110,7 @@ RunResult underflow_outcomes(const std::vector<float>& g, const std::vector<floa
   // the even neighbour, 0). Divided by the scale: the gradient magnitude at
   // or below which a gradient is lost.
   const double threshold = l16.min_subnormal / 2 / scale;
-  const double predicted =
-      normal_cdf((std::log10(threshold) - kGradLog10Mean) / kGradLog10Sigma);
+  const double predicted = normal_cdf((std::log10(threshold) - kGradLog10Mean) / kGradLog10Sigma);
   const double ref_norm = std::sqrt(ref_sq);
   RunResult r;
   r.setup = std::move(setup);
@@ -124,20 +122,18 @@ RunResult underflow_outcomes(const std::vector<float>& g, const std::vector<floa
       {"flush_threshold", threshold, "|g| at or below this becomes 0 in fp16"},
       {"predicted_flushed_fraction", predicted, "P(|g| < threshold) under the log-normal model"},
       {"flushed_fraction", flushed / n, "nonzero gradients that became exactly 0"},
-      {"subnormal_fraction", subnormal / n,
-       "gradients stored as fp16 subnormals (fewer significant bits)"},
+      {"subnormal_fraction", subnormal / n, "gradients stored as fp16 subnormals (fewer significant bits)"},
       {"mean_rel_error", sum_rel / n, "mean over elements of |g~ - g| / |g| (vs fp64)"},
       // Reported, not checked: the norm is dominated by the largest
       // gradients, so it barely notices the small ones vanishing.
       {"norm_rel_error", std::fabs(std::sqrt(got_sq) - ref_norm) / ref_norm,
        "relative error of the gradient's L2 norm (vs fp64)"},
   };
-  r.explanation =
-      "fp16's smallest subnormal is " + num(l16.min_subnormal) + "; with a loss scale of " +
-      num(scale) + " every gradient with |g| <= " + num(threshold) + " rounds to zero (" +
-      num(flushed / n) + " of them; the log-normal model predicts " + num(predicted) + "), and " +
-      num(subnormal / n) + " land below the smallest normal " + num(l16.min_normal) +
-      " with fewer significant bits.";
+  r.explanation = "fp16's smallest subnormal is " + num(l16.min_subnormal) + "; with a loss scale of " +
+                  num(scale) + " every gradient with |g| <= " + num(threshold) + " rounds to zero (" +
+                  num(flushed / n) + " of them; the log-normal model predicts " + num(predicted) + "), and " +
+                  num(subnormal / n) + " land below the smallest normal " + num(l16.min_normal) +
+                  " with fewer significant bits.";
   return r;
 }
 
@@ -149,13 +145,15 @@ RunResult underflow_outcomes(const std::vector<float>& g, const std::vector<floa
 Pitfall fp16_gradient_underflow_pitfall() {
   const Limits l16 = limits_of(fp16().spec);
   return Pitfall{
-      "fp16-gradient-underflow", 1, "gradient underflow: small gradients flush to zero",
+      "fp16-gradient-underflow",
+      1,
+      "gradient underflow: small gradients flush to zero",
       "fp16's smallest subnormal is " + p2(l16.min_subnormal) + ", so gradients of magnitude " +
-          p2(l16.min_subnormal / 2) + " or less round to zero and those below " +
-          p2(l16.min_normal) +
+          p2(l16.min_subnormal / 2) + " or less round to zero and those below " + p2(l16.min_normal) +
           " keep fewer significant bits; multiplying by a power-of-two loss scale before the "
           "cast and dividing after (in fp32) moves them into range.",
-      fp16_gradient_underflow_broken, fp16_gradient_underflow_fixed,
+      fp16_gradient_underflow_broken,
+      fp16_gradient_underflow_fixed,
       {
           check("more than 5% of the gradients become exactly zero",
                 [](const RunResult& r) { return r.get("flushed_fraction") > 0.05; }),
@@ -170,17 +168,13 @@ Pitfall fp16_gradient_underflow_pitfall() {
                 [](const RunResult& r) { return r.get("subnormal_fraction") > 0.5; }),
           check("underflow, not rounding, dominates: the mean relative error per gradient is "
                 "over 100 times fp16's unit roundoff",
-                [](const RunResult& r) {
-                  return r.get("mean_rel_error") > 100 * unit_roundoff(fp16());
-                }),
+                [](const RunResult& r) { return r.get("mean_rel_error") > 100 * unit_roundoff(fp16()); }),
       },
       {
           check("fewer than 0.1% of the gradients become zero",
                 [](const RunResult& r) { return r.get("flushed_fraction") < 0.001; }),
           check("the mean relative error per gradient is within fp16's unit roundoff",
-                [](const RunResult& r) {
-                  return r.get("mean_rel_error") <= unit_roundoff(fp16());
-                }),
+                [](const RunResult& r) { return r.get("mean_rel_error") <= unit_roundoff(fp16()); }),
       }};
 }
 

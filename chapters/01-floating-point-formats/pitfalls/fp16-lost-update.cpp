@@ -97,14 +97,12 @@ RunResult lost_update_outcomes(double final_weight, double final_fp16_copy, doub
   };
   r.explanation =
       static_cast<double>(update) <= half_ulp_of_one
-          ? "In " + std::string(storage.name) + " the neighbours of 1.0 are " +
-                num(half_ulp_of_one * 2) + " apart; an update of " + num(update) +
-                " is below half of that (" + num(half_ulp_of_one) +
+          ? "In " + std::string(storage.name) + " the neighbours of 1.0 are " + num(half_ulp_of_one * 2) +
+                " apart; an update of " + num(update) + " is below half of that (" + num(half_ulp_of_one) +
                 "), so 1.0 + update rounds back to 1.0 on every step."
-          : "The update " + num(update) + " is far above half the " +
-                std::string(storage.name) + " spacing at 1.0 (" + num(half_ulp_of_one) +
-                "), so every step lands; what remains, " + num(rel_error) +
-                " relative, is fp32 rounding accumulated over the steps.";
+          : "The update " + num(update) + " is far above half the " + std::string(storage.name) +
+                " spacing at 1.0 (" + num(half_ulp_of_one) + "), so every step lands; what remains, " +
+                num(rel_error) + " relative, is fp32 rounding accumulated over the steps.";
   return r;
 }
 
@@ -116,12 +114,15 @@ RunResult lost_update_outcomes(double final_weight, double final_fp16_copy, doub
 Pitfall fp16_lost_update_pitfall() {
   const Limits l16 = limits_of(fp16().spec);
   return Pitfall{
-      "fp16-lost-update", 1, "lost updates: an fp16 weight ignores small steps",
+      "fp16-lost-update",
+      1,
+      "lost updates: an fp16 weight ignores small steps",
       "A weight of 1.0 stored in fp16 has neighbours " + p2(l16.epsilon) +
           " apart, so an update smaller than half of that (" + p2(l16.epsilon / 2) +
           ") rounds away on every step and the weight never moves; an fp32 master copy keeps "
           "every update.",
-      fp16_lost_update_broken, fp16_lost_update_fixed,
+      fp16_lost_update_broken,
+      fp16_lost_update_fixed,
       {
           check("the update is at most half the spacing at 1.0",
                 [](const RunResult& r) { return r.get("update") <= r.get("half_ulp_of_one"); }),
@@ -132,9 +133,7 @@ Pitfall fp16_lost_update_pitfall() {
       },
       {
           check("every step changed the weight",
-                [](const RunResult& r) {
-                  return r.get("steps_that_changed_weight") == r.get("steps");
-                }),
+                [](const RunResult& r) { return r.get("steps_that_changed_weight") == r.get("steps"); }),
           check("the final weight matches 1 + steps*update within steps*u(fp32)",
                 [](const RunResult& r) {
                   return r.get("rel_error") <= r.get("steps") * unit_roundoff(fp32());

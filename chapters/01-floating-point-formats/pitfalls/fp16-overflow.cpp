@@ -34,8 +34,7 @@ constexpr double kActivationSigma = 100.0;
 std::vector<float> large_activations() {
   Rng rng(0x01f16a11ULL);
   std::vector<float> x(kActivations);
-  for (float& v : x)
-    v = round_value(static_cast<float>(kActivationSigma * rng.normal()), fp16());
+  for (float& v : x) v = round_value(static_cast<float>(kActivationSigma * rng.normal()), fp16());
   return x;
 }
 
@@ -53,8 +52,8 @@ double smallest_overflowing_square(const Format& compute) {
 
 /// Measurements shared by both sides of fp16-overflow (defined after the
 /// runs). `compute` is the format the squares and the norm are stored in.
-RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float>& squares,
-                            float norm, const Format& compute, std::string setup);
+RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float>& squares, float norm,
+                            const Format& compute, std::string setup);
 
 // ---------------------------------------------------------------------------
 // The broken run.
@@ -100,8 +99,8 @@ RunResult fp16_overflow_fixed() {
 // ---------------------------------------------------------------------------
 // The outcomes.
 
-RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float>& squares,
-                            float norm, const Format& compute, std::string setup) {
+RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float>& squares, float norm,
+                            const Format& compute, std::string setup) {
   // The reference: the same fp16 inputs, squared and summed in fp64.
   double ref_sum = 0.0;
   for (float v : x) ref_sum += static_cast<double>(v) * v;
@@ -112,8 +111,8 @@ RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float
   for (float v : x) inputs_at_or_above += std::fabs(v) >= smallest_overflowing;
   for (float s : squares) squares_inf += std::isinf(s);
 
-  const double rel_error = std::isfinite(norm) ? std::fabs(norm - ref_norm) / ref_norm
-                                               : std::numeric_limits<double>::infinity();
+  const double rel_error =
+      std::isfinite(norm) ? std::fabs(norm - ref_norm) / ref_norm : std::numeric_limits<double>::infinity();
   RunResult r;
   r.setup = std::move(setup);
   r.outcomes = {
@@ -135,17 +134,17 @@ RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float
   const double overflow_from = max + ulp_in(compute, max) / 2;
   float largest_square = 0.0f;
   for (float s : squares) largest_square = s > largest_square ? s : largest_square;
-  r.explanation =
-      std::isfinite(norm)
-          ? "In " + std::string(compute.name) + " the largest square, " + num(largest_square) +
-                ", and the sum of squares, " + num(ref_sum) + ", are far below the max " +
-                num(max) + "; the norm is off by " + num(rel_error) + " relative, fp32 rounding."
-          : std::string(compute.name) + "'s max is " + num(max) + " and everything from " + num(overflow_from) +
-                " up rounds to inf, so any activation with |x| >= " + num(smallest_overflowing) +
-                " has an inf square (" + num(smallest_overflowing) + "^2 = " +
-                num(smallest_overflowing * smallest_overflowing) + "); " + num(squares_inf) +
-                " of " + num(static_cast<double>(x.size())) +
-                " squares did, so the sum and the norm are inf.";
+  r.explanation = std::isfinite(norm)
+                      ? "In " + std::string(compute.name) + " the largest square, " + num(largest_square) +
+                            ", and the sum of squares, " + num(ref_sum) + ", are far below the max " +
+                            num(max) + "; the norm is off by " + num(rel_error) + " relative, fp32 rounding."
+                      : std::string(compute.name) + "'s max is " + num(max) + " and everything from " +
+                            num(overflow_from) +
+                            " up rounds to inf, so any activation with |x| >= " + num(smallest_overflowing) +
+                            " has an inf square (" + num(smallest_overflowing) +
+                            "^2 = " + num(smallest_overflowing * smallest_overflowing) + "); " +
+                            num(squares_inf) + " of " + num(static_cast<double>(x.size())) +
+                            " squares did, so the sum and the norm are inf.";
   return r;
 }
 
@@ -160,18 +159,20 @@ Pitfall fp16_overflow_pitfall() {
   // everything the CLI prints.
   const Limits l16 = limits_of(fp16().spec);
   return Pitfall{
-      "fp16-overflow", 1, "fp16 overflow: squares of large activations",
+      "fp16-overflow",
+      1,
+      "fp16 overflow: squares of large activations",
       "fp16's largest finite value is " + num(l16.max) + " and everything from " +
           num(l16.max + ulp_in(fp16(), l16.max) / 2) +
           " up rounds to inf, so squaring any fp16 value of magnitude " +
           num(smallest_overflowing_square(fp16())) +
           " or more overflows, and a norm or variance computed in fp16 becomes inf.",
-      fp16_overflow_broken, fp16_overflow_fixed,
+      fp16_overflow_broken,
+      fp16_overflow_fixed,
       {
           check("the compute format's largest finite value is 65504",
                 [](const RunResult& r) { return r.get("max_finite") == 65504.0; }),
-          check("65520 rounds to inf",
-                [inf](const RunResult& r) { return r.get("rounded_65520") == inf; }),
+          check("65520 rounds to inf", [inf](const RunResult& r) { return r.get("rounded_65520") == inf; }),
           check("squaring overflows from |x| = 256 on",
                 [](const RunResult& r) { return r.get("smallest_overflowing_input") == 256.0; }),
           check("every activation with |x| >= 256 has an inf square, and there are some",

@@ -67,8 +67,8 @@ RunResult fp16_sum_stagnation_fixed() {
   }
   //! [fp16-sum-stagnation-fixed]
   return stagnation_outcomes(addend, sum, stalled, first_stall, fp32(),
-                             "sum the same fp16(" + num(kSumValue) + ") " +
-                                 std::to_string(kSumSteps) + " times in an fp32 accumulator");
+                             "sum the same fp16(" + num(kSumValue) + ") " + std::to_string(kSumSteps) +
+                                 " times in an fp32 accumulator");
 }
 
 // ---------------------------------------------------------------------------
@@ -92,15 +92,14 @@ RunResult stagnation_outcomes(float addend, double sum, double stalled, double f
       {"ulp_at_final", ulp, "spacing of the accumulator format at final_sum"},
       {"half_ulp_at_final", ulp / 2, "half that spacing: smaller addends round away"},
   };
-  r.explanation =
-      stalled > 0
-          ? "From step " + num(first_stall) + " on, the sum stays at " + num(sum) + ": there the " +
-                std::string(accumulator.name) + " spacing is " + num(ulp) + ", half of it (" +
-                num(ulp / 2) + ") is more than the addend " + num(addend) +
-                ", so sum + addend rounds back to sum."
-          : "The " + std::string(accumulator.name) + " spacing at " + num(sum) + " is " + num(ulp) +
-                ", far below the addend " + num(addend) +
-                ", so every addition counts (relative error vs fp64: " + num(rel_error) + ").";
+  r.explanation = stalled > 0
+                      ? "From step " + num(first_stall) + " on, the sum stays at " + num(sum) +
+                            ": there the " + std::string(accumulator.name) + " spacing is " + num(ulp) +
+                            ", half of it (" + num(ulp / 2) + ") is more than the addend " + num(addend) +
+                            ", so sum + addend rounds back to sum."
+                      : "The " + std::string(accumulator.name) + " spacing at " + num(sum) + " is " +
+                            num(ulp) + ", far below the addend " + num(addend) +
+                            ", so every addition counts (relative error vs fp64: " + num(rel_error) + ").";
   return r;
 }
 
@@ -111,28 +110,26 @@ RunResult stagnation_outcomes(float addend, double sum, double stalled, double f
 
 Pitfall fp16_sum_stagnation_pitfall() {
   return Pitfall{
-      "fp16-sum-stagnation", 1, "stagnating sum: an fp16 accumulator stops growing",
+      "fp16-sum-stagnation",
+      1,
+      "stagnating sum: an fp16 accumulator stops growing",
       "An fp16 accumulator rounds after every add; once half the fp16 spacing at the running "
       "sum exceeds the addend, sum + addend rounds back to sum and the sum stalls for good.",
-      fp16_sum_stagnation_broken, fp16_sum_stagnation_fixed,
+      fp16_sum_stagnation_broken,
+      fp16_sum_stagnation_fixed,
       {
           check("the sum stalls below half the expected value",
-                [](const RunResult& r) {
-                  return r.get("final_sum") < 0.5 * r.get("expected_sum");
-                }),
+                [](const RunResult& r) { return r.get("final_sum") < 0.5 * r.get("expected_sum"); }),
           check("additions stopped changing the sum, and never resumed",
                 [](const RunResult& r) {
                   return r.get("stalled_adds") > 0 &&
                          r.get("stalled_adds") == r.get("steps") - r.get("first_stalled_step") + 1;
                 }),
           check("at the stall, half an ulp is at least the addend",
-                [](const RunResult& r) {
-                  return r.get("half_ulp_at_final") >= r.get("addend");
-                }),
+                [](const RunResult& r) { return r.get("half_ulp_at_final") >= r.get("addend"); }),
       },
       {
-          check("no addition was lost",
-                [](const RunResult& r) { return r.get("stalled_adds") == 0; }),
+          check("no addition was lost", [](const RunResult& r) { return r.get("stalled_adds") == 0; }),
           check("the sum matches steps*addend within steps*u(fp32)",
                 [](const RunResult& r) {
                   return r.get("rel_error") <= r.get("steps") * unit_roundoff(fp32());

@@ -29,26 +29,24 @@ const Format& bf16() { return format_named("bf16"); }
 /// gains, probabilities times a count, ... — where the digits after the
 /// point matter) and some large values spread log-uniformly over three
 /// decades starting at 1000 (unnormalised sums, logits before a softmax).
-constexpr int kNearOne = 1024;          // values in [1, 1 + kNearOneWidth)
+constexpr int kNearOne = 1024;  // values in [1, 1 + kNearOneWidth)
 constexpr double kNearOneWidth = 0.125;
-constexpr int kLarge = 256;             // |values| in [10^kLargeFrom, 10^(kLargeFrom + kLargeDecades))
+constexpr int kLarge = 256;  // |values| in [10^kLargeFrom, 10^(kLargeFrom + kLargeDecades))
 constexpr double kLargeFrom = 3.0;
 constexpr double kLargeDecades = 3.0;
 
 std::vector<float> mixed_range_tensor() {
   Rng rng(0x01f16b16ULL);
   std::vector<float> x;
-  for (int i = 0; i < kNearOne; ++i)
-    x.push_back(static_cast<float>(1.0 + kNearOneWidth * rng.uniform()));
+  for (int i = 0; i < kNearOne; ++i) x.push_back(static_cast<float>(1.0 + kNearOneWidth * rng.uniform()));
   for (int i = 0; i < kLarge; ++i)
-    x.push_back(static_cast<float>(rng.sign() *
-                                   std::pow(10.0, kLargeFrom + kLargeDecades * rng.uniform())));
+    x.push_back(static_cast<float>(rng.sign() * std::pow(10.0, kLargeFrom + kLargeDecades * rng.uniform())));
   return x;
 }
 
 /// Measurements shared by both sides (defined after the runs).
-RunResult range_precision_outcomes(const std::vector<float>& x, const std::vector<float>& y,
-                                   const Format& f, std::string setup);
+RunResult range_precision_outcomes(const std::vector<float>& x, const std::vector<float>& y, const Format& f,
+                                   std::string setup);
 
 // ---------------------------------------------------------------------------
 // The broken run.
@@ -79,8 +77,8 @@ RunResult fp16_vs_bf16_fixed() {
 // ---------------------------------------------------------------------------
 // The outcomes.
 
-RunResult range_precision_outcomes(const std::vector<float>& x, const std::vector<float>& y,
-                                   const Format& f, std::string setup) {
+RunResult range_precision_outcomes(const std::vector<float>& x, const std::vector<float>& y, const Format& f,
+                                   std::string setup) {
   double overflows = 0, max_rel = 0, near_one_rel = 0, near_one = 0, largest = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double xi = x[i];
@@ -112,9 +110,9 @@ RunResult range_precision_outcomes(const std::vector<float>& x, const std::vecto
       {"unit_roundoff", u, "the format's bound on that error, 2^-p"},
   };
   r.explanation = std::string(f.name) + " holds values up to " + num(limits_of(f.spec).max) +
-                  " and rounds with relative error at most " + num(u) + ": " + num(overflows) +
-                  " of " + num(static_cast<double>(x.size())) +
-                  " values overflowed, the rest are off by at most " + num(max_rel) + ".";
+                  " and rounds with relative error at most " + num(u) + ": " + num(overflows) + " of " +
+                  num(static_cast<double>(x.size())) + " values overflowed, the rest are off by at most " +
+                  num(max_rel) + ".";
   return r;
 }
 
@@ -126,21 +124,20 @@ RunResult range_precision_outcomes(const std::vector<float>& x, const std::vecto
 Pitfall fp16_vs_bf16_pitfall() {
   const Limits l16 = limits_of(fp16().spec), lbf16 = limits_of(bf16().spec);
   return Pitfall{
-      "fp16-vs-bf16", 1, "fp16 against bf16: precision or range",
-      "fp16 spends its bits on precision (" + std::to_string(l16.precision) +
-          " significant bits, max " + num(l16.max) + ") and bf16 on range (fp32's exponent, " +
-          std::to_string(lbf16.precision) +
+      "fp16-vs-bf16",
+      1,
+      "fp16 against bf16: precision or range",
+      "fp16 spends its bits on precision (" + std::to_string(l16.precision) + " significant bits, max " +
+          num(l16.max) + ") and bf16 on range (fp32's exponent, " + std::to_string(lbf16.precision) +
           " significant bits): on a tensor with large values bf16 avoids the overflow, at the "
-          "price of a larger rounding error (unit roundoff " + p2(lbf16.unit_roundoff) +
-          " against " + p2(l16.unit_roundoff) + ").",
-      fp16_vs_bf16_broken, fp16_vs_bf16_fixed,
+          "price of a larger rounding error (unit roundoff " +
+          p2(lbf16.unit_roundoff) + " against " + p2(l16.unit_roundoff) + ").",
+      fp16_vs_bf16_broken,
+      fp16_vs_bf16_fixed,
       {
-          check("some values overflow to inf",
-                [](const RunResult& r) { return r.get("overflows") > 0; }),
+          check("some values overflow to inf", [](const RunResult& r) { return r.get("overflows") > 0; }),
           check("the values that fit are rounded within fp16's unit roundoff (fp16's strength)",
-                [](const RunResult& r) {
-                  return r.get("max_rel_error") <= unit_roundoff(fp16());
-                }),
+                [](const RunResult& r) { return r.get("max_rel_error") <= unit_roundoff(fp16()); }),
       },
       {
           check("no value overflows", [](const RunResult& r) { return r.get("overflows") == 0; }),

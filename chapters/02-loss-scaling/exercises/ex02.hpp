@@ -44,8 +44,8 @@ namespace mpt::ex02 {
 ///
 /// Do not call mpt::update_scale or mpt::GradScaler: the grader uses them
 /// as its reference.
-void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                  double growth_factor, double backoff_factor, std::int32_t growth_interval);
+void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf, double growth_factor,
+                  double backoff_factor, std::int32_t growth_interval);
 
 /// Exercise 2.2 — fused unscale-and-check over one gradient buffer.
 ///

@@ -200,11 +200,14 @@ RunResult accumulation_outcomes(const AccumulationRun& r, BlobsRun& run, std::st
           ? "The second unscale() of an iteration was refused (" + r.message +
                 "). Unscaling by hand instead divides what .grad holds, and it holds the earlier "
                 "micro-batches too: micro-batch k of 4 ends up divided by S^(4-k+1), so only the "
-                "last one counts. The step-1 gradient was off by " + num(r.first_rel_error) +
-                " relative, with " + num(r.first_norm_ratio) + " of the norm."
+                "last one counts. The step-1 gradient was off by " +
+                num(r.first_rel_error) + " relative, with " + num(r.first_norm_ratio) + " of the norm."
           : "One unscale() after the last micro-batch: the step-1 gradient matches the gradient of "
-            "the 64 samples in one pass to " + num(r.first_rel_error) + " relative (rounding), and "
-            "the loss ends at " + num(loss / base) + " times FP32's.";
+            "the 64 samples in one pass to " +
+                num(r.first_rel_error) +
+                " relative (rounding), and "
+                "the loss ends at " +
+                num(loss / base) + " times FP32's.";
   return out;
 }
 
@@ -215,11 +218,14 @@ RunResult accumulation_outcomes(const AccumulationRun& r, BlobsRun& run, std::st
 
 Pitfall accumulation_unscale_pitfall() {
   return Pitfall{
-      "accumulation-unscale", 2, "gradient accumulation: unscale once, after the last micro-batch",
+      "accumulation-unscale",
+      2,
+      "gradient accumulation: unscale once, after the last micro-batch",
       "Accumulated gradients must stay scaled by one constant S until the effective batch is "
       "complete; unscaling in between divides the earlier micro-batches' share of .grad again with "
       "every later unscale (PyTorch refuses a second unscale_ for that reason).",
-      accumulation_unscale_broken, accumulation_unscale_fixed,
+      accumulation_unscale_broken,
+      accumulation_unscale_fixed,
       {
           check("the scaler refused the second unscale() of an iteration",
                 [](const RunResult& r) { return r.get("unscale_refusals") > 0; }),

@@ -34,8 +34,7 @@ constexpr int kAdamSteps = 100;
 constexpr Eigen::Index kAdamBatch = 64;
 
 struct AdamRun {
-  double eps_stored = 0, state_bytes = 0, v_zero = 0, bad_after_first = 0, bad = 0, loss = 0,
-         accuracy = 0;
+  double eps_stored = 0, state_bytes = 0, v_zero = 0, bad_after_first = 0, bad = 0, loss = 0, accuracy = 0;
 };
 
 AdamRun adam_run(DType state) {
@@ -122,12 +121,14 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup) {
   out.explanation =
       r.eps_stored == 0
           ? "In fp16 everything of magnitude 2^-25 or less rounds to 0, eps = 1e-8 included; " +
-                pct(r.v_zero) + " of the v values were 0 after step 1 (v = (1-beta2) g^2 underflows "
-                "for |g| up to about " + num(fp16_v_underflow_gradient()) +
-                "), so m / (sqrt(v) + eps) was m/0 = inf or 0/0 = NaN there: " +
-                num(r.bad_after_first) + " weights were inf/NaN after one step."
-          : "In FP32 eps = " + num(r.eps_stored) + " and v keeps even tiny gradients; the " +
-                pct(r.v_zero) + " of v that are 0 belong to gradients that are exactly 0, and there "
+                pct(r.v_zero) +
+                " of the v values were 0 after step 1 (v = (1-beta2) g^2 underflows "
+                "for |g| up to about " +
+                num(fp16_v_underflow_gradient()) +
+                "), so m / (sqrt(v) + eps) was m/0 = inf or 0/0 = NaN there: " + num(r.bad_after_first) +
+                " weights were inf/NaN after one step."
+          : "In FP32 eps = " + num(r.eps_stored) + " and v keeps even tiny gradients; the " + pct(r.v_zero) +
+                " of v that are 0 belong to gradients that are exactly 0, and there "
                 "m / (0 + eps) = 0. No weight became inf/NaN, for twice the state memory (" +
                 num(r.state_bytes) + " bytes).";
   return out;
@@ -140,18 +141,22 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup) {
 
 Pitfall adam_eps_fp16_pitfall() {
   return Pitfall{
-      "adam-eps-fp16", 2, "Adam's eps = 1e-8 is zero in fp16",
+      "adam-eps-fp16",
+      2,
+      "Adam's eps = 1e-8 is zero in fp16",
       "In fp16 eps = 1e-8 rounds to 0 (the smallest subnormal is 2^-24, about 6e-8) and v = (1-beta2) "
       "g^2 underflows to 0 for small gradients, so Adam's m / (sqrt(v) + eps) divides by zero: inf "
       "and NaN weights. Keep the optimizer state and its arithmetic in FP32.",
-      adam_eps_broken, adam_eps_fixed,
+      adam_eps_broken,
+      adam_eps_fixed,
       {
           check("eps is 0 in the state format", [](const RunResult& r) { return r.get("eps_stored") == 0; }),
           check("some second moments underflowed to 0",
                 [](const RunResult& r) { return r.get("zero_v_fraction") > 0; }),
           check("one step made weights inf/NaN",
                 [](const RunResult& r) { return r.get("nonfinite_after_step1") > 0; }),
-          check("the loss is not finite", [](const RunResult& r) { return !std::isfinite(r.get("train_loss")); }),
+          check("the loss is not finite",
+                [](const RunResult& r) { return !std::isfinite(r.get("train_loss")); }),
       },
       {
           check("eps is the FP32 value of 1e-8",

@@ -1,5 +1,5 @@
-// Chapter 02 — pitfall clip-before-unscale: gradient clipping before unscale: every step clipped to max_norm/S
-// Depends on: common.hpp (the chapter's helpers, this entry's declaration),
+// Chapter 02 — pitfall clip-before-unscale: gradient clipping before unscale: every step clipped to
+// max_norm/S Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (plain_step, scaled_backward, blobs()),
 // mpt/amp/grad_scaler.hpp, mpt/nn/mlp.hpp, mpt/optim/sgd.hpp; <algorithm>,
 // <cmath>, <string>, <utility>, <vector>.
@@ -73,7 +73,7 @@ RunResult clip_run(bool unscale_first, std::string setup) {
   GradScaler scaler;
   for (int step = 1; step <= kClipSteps; ++step) {
     scaled_backward(net, opt, run.batches, scaler);  // forward, S * loss, backward
-    float seen = 0;  // the norm clip_grad_norm measured
+    float seen = 0;                                  // the norm clip_grad_norm measured
     if (!unscale_first) {
       //! [clip-before-unscale-broken]
       // The gradients are still multiplied by S here.
@@ -154,10 +154,11 @@ RunResult clip_outcomes(const ClipRun& r, BlobsRun& run, std::string setup) {
           ? "Clipping saw the norm of S*g, " + num(ratio) + " times the true norm, so it clipped " +
                 pct(r.clipped / kClipSteps) + " of the steps down to norm " + num(kMaxNorm) +
                 "; step() then divided by S, leaving the optimizer a gradient of norm " +
-                num(r.first_applied) + ": the threshold on the true gradient was max_norm / S = " +
-                num(kMaxNorm / ratio) + ", and training crawled."
-          : "After unscale() the clip sees the true norm (" + num(r.first_seen) + " at step 1, FP32: " +
-                num(base.first_norm) + ") and clips " + pct(r.clipped / kClipSteps) +
+                num(r.first_applied) +
+                ": the threshold on the true gradient was max_norm / S = " + num(kMaxNorm / ratio) +
+                ", and training crawled."
+          : "After unscale() the clip sees the true norm (" + num(r.first_seen) +
+                " at step 1, FP32: " + num(base.first_norm) + ") and clips " + pct(r.clipped / kClipSteps) +
                 " of the steps, as the FP32 run does (" + pct(base.clipped / kClipSteps) + ").";
   return out;
 }
@@ -169,16 +170,19 @@ RunResult clip_outcomes(const ClipRun& r, BlobsRun& run, std::string setup) {
 
 Pitfall clip_before_unscale_pitfall() {
   return Pitfall{
-      "clip-before-unscale", 2, "gradient clipping before unscale: every step clipped to max_norm/S",
+      "clip-before-unscale",
+      2,
+      "gradient clipping before unscale: every step clipped to max_norm/S",
       "Before unscale() the gradients are S times too large, so clip_grad_norm measures S times the "
       "true norm and clips whenever the true norm exceeds max_norm/S; step() then divides by S, and "
       "the optimizer gets a gradient of norm max_norm/S. Unscale first, then clip.",
-      clip_before_unscale_broken, clip_before_unscale_fixed,
+      clip_before_unscale_broken,
+      clip_before_unscale_fixed,
       {
-          check("the clip measured S times the true norm (within 1%)",
-                [](const RunResult& r) { return within(r.get("seen_over_true"), r.get("loss_scale"), 0.01); }),
-          check("it clipped every step",
-                [](const RunResult& r) { return r.get("clipped_fraction") == 1.0; }),
+          check(
+              "the clip measured S times the true norm (within 1%)",
+              [](const RunResult& r) { return within(r.get("seen_over_true"), r.get("loss_scale"), 0.01); }),
+          check("it clipped every step", [](const RunResult& r) { return r.get("clipped_fraction") == 1.0; }),
           check("the optimizer got a gradient of norm at most max_norm/S (+0.1%)",
                 [](const RunResult& r) {
                   return r.get("first_applied_norm") <= 1.001 * r.get("max_norm") / r.get("loss_scale");
@@ -193,8 +197,9 @@ Pitfall clip_before_unscale_pitfall() {
                 [](const RunResult& r) {
                   return std::fabs(r.get("clipped_fraction") - r.get("fp32_clipped_fraction")) <= 0.02;
                 }),
-          check("the loss is within 5% of FP32's",
-                [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.05); }),
+          check(
+              "the loss is within 5% of FP32's",
+              [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.05); }),
       }};
 }
 

@@ -41,12 +41,13 @@ BlobsRun::BlobsRun(DType p, double lr, Eigen::Index batch, MasterWeights mw)
         c.master_weights = mw;
         return c;
       }()),
-      opt(net.parameters(), [lr] {
-        SgdOptions o;
-        o.lr = lr;
-        o.momentum = 0.9;
-        return o;
-      }()),
+      opt(net.parameters(),
+          [lr] {
+            SgdOptions o;
+            o.lr = lr;
+            o.momentum = 0.9;
+            return o;
+          }()),
       batches(blobs().train, batch, kBatchSeed) {}
 
 Check check(std::string claim, std::function<bool(const RunResult&)> holds) {

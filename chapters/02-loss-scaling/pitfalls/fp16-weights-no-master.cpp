@@ -94,12 +94,14 @@ RunResult master_outcomes(const MasterRun& r, std::string setup) {
       {"accuracy_gap", base.accuracy - r.accuracy, "fp32_test_accuracy - test_accuracy"},
   };
   out.explanation =
-      r.lost > 0
-          ? "On an average step " + pct(r.lost) + " of the weight updates were smaller than half the "
-                "fp16 spacing at their weight and rounded away; the loss fell " + pct(progress) +
-                " as far as FP32's, and the accuracy is " + num(base.accuracy - r.accuracy) + " lower."
-          : "The FP32 masters keep every update, however small; the fp16 copies follow them, and "
-            "the run matches FP32 (" + pct(progress) + " of its progress).";
+      r.lost > 0 ? "On an average step " + pct(r.lost) +
+                       " of the weight updates were smaller than half the "
+                       "fp16 spacing at their weight and rounded away; the loss fell " +
+                       pct(progress) + " as far as FP32's, and the accuracy is " +
+                       num(base.accuracy - r.accuracy) + " lower."
+                 : "The FP32 masters keep every update, however small; the fp16 copies follow them, and "
+                   "the run matches FP32 (" +
+                       pct(progress) + " of its progress).";
   return out;
 }
 
@@ -110,11 +112,14 @@ RunResult master_outcomes(const MasterRun& r, std::string setup) {
 
 Pitfall fp16_weights_no_master_pitfall() {
   return Pitfall{
-      "fp16-weights-no-master", 2, "fp16 weights without FP32 master weights: small updates lost",
+      "fp16-weights-no-master",
+      2,
+      "fp16 weights without FP32 master weights: small updates lost",
       "An update smaller than half the fp16 spacing at its weight rounds back to the old weight; "
       "with the weights only in fp16 it is lost for good, with an FP32 master it accumulates until "
       "it shows in the fp16 copy.",
-      fp16_weights_no_master_broken, fp16_weights_no_master_fixed,
+      fp16_weights_no_master_broken,
+      fp16_weights_no_master_fixed,
       {
           check("more than half of the updates were lost",
                 [](const RunResult& r) { return r.get("lost_update_fraction") > 0.5; }),
@@ -125,8 +130,9 @@ Pitfall fp16_weights_no_master_pitfall() {
       },
       {
           check("no update was lost", [](const RunResult& r) { return r.get("lost_update_fraction") == 0; }),
-          check("the loss is within 2% of FP32's",
-                [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.02); }),
+          check(
+              "the loss is within 2% of FP32's",
+              [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.02); }),
           check("the accuracy is within 0.02 of FP32's",
                 [](const RunResult& r) { return std::fabs(r.get("accuracy_gap")) <= 0.02; }),
       }};

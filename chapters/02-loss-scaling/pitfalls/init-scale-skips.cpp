@@ -1,5 +1,5 @@
-// Chapter 02 — pitfall init-scale-skips: init scale 2^16: the first iterations are skipped, the schedule is not
-// Depends on: common.hpp (the chapter's helpers, this entry's declaration),
+// Chapter 02 — pitfall init-scale-skips: init scale 2^16: the first iterations are skipped, the schedule is
+// not Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (Batches, mlp_config, scaled_backward, target_power),
 // mpt/amp/grad_scaler.hpp, mpt/nn/data.hpp (make_tiny_target_regression),
 // mpt/nn/mlp.hpp, mpt/optim/adamw.hpp; <algorithm>, <string>, <utility>.
@@ -115,8 +115,7 @@ RunResult init_scale_skips_broken() {
 // The fixed run.
 
 RunResult init_scale_skips_fixed() {
-  return schedule_outcomes(schedule_run(false),
-                           "the same run, warmup counted per optimizer step taken");
+  return schedule_outcomes(schedule_run(false), "the same run, warmup counted per optimizer step taken");
 }
 
 // ---------------------------------------------------------------------------
@@ -138,16 +137,21 @@ RunResult schedule_outcomes(const ScheduleRun& r, std::string setup) {
       {"scheduler_steps", r.scheduler_steps, "scheduler.step() calls at the end"},
       {"relative_loss", r.loss, "final MSE / mean target^2 (1: predicts 0)"},
   };
-  out.explanation =
-      r.first_lr > warmup_lr(0)
-          ? "The first " + num(r.initial_skips) + " iterations overflowed and were skipped while the "
-                "scale fell from 2^16 to " + num(r.scale) + ", but the schedule counted them: the first "
-                "real step ran at lr " + num(r.first_lr) + " (" + pct(r.first_lr / kPeakLr) +
-                " of the peak), and only " + num(r.warmup_updates) + " of the " + num(kWarmupSteps) +
-                " warmup values reached an optimizer step."
-          : "The same " + num(r.initial_skips) + " skipped iterations, but the schedule only counts "
-                "steps that happened: the first real step ran at lr " + num(r.first_lr) + " and all " +
-                num(r.warmup_updates) + " warmup values were used.";
+  out.explanation = r.first_lr > warmup_lr(0)
+                        ? "The first " + num(r.initial_skips) +
+                              " iterations overflowed and were skipped while the "
+                              "scale fell from 2^16 to " +
+                              num(r.scale) +
+                              ", but the schedule counted them: the first "
+                              "real step ran at lr " +
+                              num(r.first_lr) + " (" + pct(r.first_lr / kPeakLr) +
+                              " of the peak), and only " + num(r.warmup_updates) + " of the " +
+                              num(kWarmupSteps) + " warmup values reached an optimizer step."
+                        : "The same " + num(r.initial_skips) +
+                              " skipped iterations, but the schedule only counts "
+                              "steps that happened: the first real step ran at lr " +
+                              num(r.first_lr) + " and all " + num(r.warmup_updates) +
+                              " warmup values were used.";
   return out;
 }
 
@@ -158,11 +162,14 @@ RunResult schedule_outcomes(const ScheduleRun& r, std::string setup) {
 
 Pitfall init_scale_skips_pitfall() {
   return Pitfall{
-      "init-scale-skips", 2, "init scale 2^16: the first iterations are skipped, the schedule is not",
+      "init-scale-skips",
+      2,
+      "init scale 2^16: the first iterations are skipped, the schedule is not",
       "Starting at 2^16, the scaler skips iterations and halves the scale until the gradients fit "
       "fp16; a learning-rate schedule stepped every iteration counts those skipped steps, so the "
       "first real update starts partway into the warmup.",
-      init_scale_skips_broken, init_scale_skips_fixed,
+      init_scale_skips_broken,
+      init_scale_skips_fixed,
       {
           check("at least 3 iterations in a row were skipped from the start",
                 [](const RunResult& r) { return r.get("initial_skips") >= 3; }),

@@ -146,11 +146,12 @@ RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
   };
   out.explanation =
       r.scale == 1.0
-          ? pct(r.zero_fraction) + " of the activation gradients were stored as 0 (FP32: " +
-                pct(base.zero_fraction) + "): at or below 2^-25, half fp16's smallest subnormal, they flush. "
-                "The first layer's weights moved " + num(r.fc1_change) + " relative (FP32: " +
-                num(base.fc1_change) + "), and the loss ended " + num(r.relative_loss / base.relative_loss) +
-                " times FP32's."
+          ? pct(r.zero_fraction) +
+                " of the activation gradients were stored as 0 (FP32: " + pct(base.zero_fraction) +
+                "): at or below 2^-25, half fp16's smallest subnormal, they flush. "
+                "The first layer's weights moved " +
+                num(r.fc1_change) + " relative (FP32: " + num(base.fc1_change) + "), and the loss ended " +
+                num(r.relative_loss / base.relative_loss) + " times FP32's."
           : "Scaled by " + num(r.scale) + ", only " + pct(r.zero_fraction) +
                 " of the activation gradients are 0 (FP32: " + pct(base.zero_fraction) + "); " +
                 num(r.skipped) + " steps were skipped, and the loss ends at " +
@@ -165,12 +166,15 @@ RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
 
 Pitfall no_loss_scaling_pitfall() {
   return Pitfall{
-      "no-loss-scaling", 2, "no loss scaling: small gradients flush to zero and training stalls",
+      "no-loss-scaling",
+      2,
+      "no loss scaling: small gradients flush to zero and training stalls",
       "Gradients of magnitude 2^-25 or less (half fp16's smallest subnormal) are stored as 0, so "
       "layers whose gradients are that small stop learning; multiplying the loss by S multiplies "
       "every gradient by S (chain rule) and lifts them into fp16's range, and dividing by S in FP32 "
       "before the step undoes it.",
-      no_loss_scaling_broken, no_loss_scaling_fixed,
+      no_loss_scaling_broken,
+      no_loss_scaling_fixed,
       {
           check("more than half of the activation gradients are stored as 0",
                 [](const RunResult& r) { return r.get("zero_fraction") > 0.5; }),

@@ -116,8 +116,8 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
       r.skipped == 0
           ? "The scale " + num(kStaticScale) + " held the gradients until step " + num(r.first_overflow) +
                 ", when the largest scaled gradient passed fp16's max 65504 and became inf. Nothing "
-                "skipped the step, so the inf went into the weights (" + num(bad) +
-                " are now inf/NaN); from then on every forward pass computes NaN, which is why " +
+                "skipped the step, so the inf went into the weights (" +
+                num(bad) + " are now inf/NaN); from then on every forward pass computes NaN, which is why " +
                 num(r.overflows) + " steps count as overflowing."
           : "The scaler found inf/NaN in " + num(r.overflows) + " step(s), the first at step " +
                 num(r.first_overflow) + ", skipped each and halved the scale (now " + num(r.scale) +
@@ -132,18 +132,20 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
 
 Pitfall static_scale_too_large_pitfall() {
   return Pitfall{
-      "static-scale-too-large", 2, "a static loss scale overflows once the gradients grow",
+      "static-scale-too-large",
+      2,
+      "a static loss scale overflows once the gradients grow",
       "A constant scale chosen for the early gradients overflows fp16 (max 65504) when they grow; "
       "classic static scaling steps anyway, so inf reaches the weights and turns them to NaN, while "
       "the dynamic scaler skips that step and halves the scale.",
-      static_scale_broken, static_scale_fixed,
+      static_scale_broken,
+      static_scale_fixed,
       {
           check("the scale fitted at first: the first overflow comes after step 1",
                 [](const RunResult& r) { return r.get("first_overflow_step") > 1; }),
-          check("no step was skipped although some overflowed",
-                [](const RunResult& r) {
-                  return r.get("overflow_steps") > 0 && r.get("skipped_steps") == 0;
-                }),
+          check(
+              "no step was skipped although some overflowed",
+              [](const RunResult& r) { return r.get("overflow_steps") > 0 && r.get("skipped_steps") == 0; }),
           check("weights became inf/NaN", [](const RunResult& r) { return r.get("nonfinite_weights") > 0; }),
           check("the loss is NaN", [](const RunResult& r) { return std::isnan(r.get("train_loss")); }),
       },

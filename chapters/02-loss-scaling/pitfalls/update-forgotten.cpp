@@ -69,7 +69,8 @@ RunResult update_forgotten_run(bool call_update, std::string setup) {
 }
 
 RunResult update_forgotten_broken() {
-  return update_forgotten_run(false, "fp16 MLP on the blobs with a GradScaler; the loop never calls update()");
+  return update_forgotten_run(false,
+                              "fp16 MLP on the blobs with a GradScaler; the loop never calls update()");
 }
 
 // ---------------------------------------------------------------------------
@@ -95,10 +96,9 @@ RunResult forget_outcomes(const ForgetRun& r, const GradScaler& scaler, std::str
       {"scale", scaler.get_scale(), "the scale at the end"},
   };
   out.explanation =
-      r.errors > 0
-          ? "iteration " + num(r.first_error) + " stopped with: " + r.message
-          : "update() ended every iteration: the scaler counted " + num(scaler.growth_tracker()) +
-                " clean steps toward the next growth (at 2000), and no call was refused.";
+      r.errors > 0 ? "iteration " + num(r.first_error) + " stopped with: " + r.message
+                   : "update() ended every iteration: the scaler counted " + num(scaler.growth_tracker()) +
+                         " clean steps toward the next growth (at 2000), and no call was refused.";
   return out;
 }
 
@@ -109,10 +109,13 @@ RunResult forget_outcomes(const ForgetRun& r, const GradScaler& scaler, std::str
 
 Pitfall update_forgotten_pitfall() {
   return Pitfall{
-      "update-forgotten", 2, "update() forgotten: the next step() is refused",
+      "update-forgotten",
+      2,
+      "update() forgotten: the next step() is refused",
       "step() marks the optimizer as stepped until update() resets it; without update() the next "
       "iteration's step() throws, and the scale never adapts.",
-      update_forgotten_broken, update_forgotten_fixed,
+      update_forgotten_broken,
+      update_forgotten_fixed,
       {
           check("the scaler refused a call", [](const RunResult& r) { return r.get("misuse_errors") > 0; }),
           check("at iteration 2, the first step() after the missing update()",

@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "mpt/formats/explain.hpp"
 #include "mpt/amp/scaler_math.hpp"
 #include "mpt/amp/unscale.hpp"
+#include "mpt/formats/explain.hpp"
 
 namespace mpt {
 
@@ -35,25 +35,25 @@ std::string num(double x) { return shortest_decimal(x); }
 void check_options(float init_scale, double growth_factor, double backoff_factor,
                    std::int64_t growth_interval) {
   if (!(growth_factor > 1.0))
-    throw std::invalid_argument("The growth factor must be > 1.0 (got growth_factor = " +
-                                num(growth_factor) + ")");
+    throw std::invalid_argument("The growth factor must be > 1.0 (got growth_factor = " + num(growth_factor) +
+                                ")");
   if (!(backoff_factor < 1.0))
-    throw std::invalid_argument("The backoff factor must be < 1.0 (got backoff_factor = " +
-                                num(backoff_factor) + ")");
+    throw std::invalid_argument(
+        "The backoff factor must be < 1.0 (got backoff_factor = " + num(backoff_factor) + ")");
   // Beyond PyTorch: values it accepts but that cannot work (see the header).
   if (!std::isfinite(growth_factor))
-    throw std::invalid_argument("The growth factor must be finite (got growth_factor = " +
-                                num(growth_factor) + ")");
+    throw std::invalid_argument(
+        "The growth factor must be finite (got growth_factor = " + num(growth_factor) + ")");
   if (!(backoff_factor > 0.0))
-    throw std::invalid_argument("The backoff factor must be > 0 (got backoff_factor = " +
-                                num(backoff_factor) +
-                                "; 0 or less would zero or negate the scale at the first overflow)");
+    throw std::invalid_argument(
+        "The backoff factor must be > 0 (got backoff_factor = " + num(backoff_factor) +
+        "; 0 or less would zero or negate the scale at the first overflow)");
   if (growth_interval < 1)
     throw std::invalid_argument("The growth interval must be >= 1 (got growth_interval = " +
                                 std::to_string(growth_interval) + "; the scale could never grow)");
   if (!(std::isfinite(init_scale) && init_scale > 0.0f))
-    throw std::invalid_argument("The initial scale must be finite and > 0 in FP32 (got init_scale = " +
-                                num(init_scale) + ")");
+    throw std::invalid_argument(
+        "The initial scale must be finite and > 0 in FP32 (got init_scale = " + num(init_scale) + ")");
 }
 
 // Unscale every gradient of `optimizer` by inv_scale and report whether any
@@ -90,15 +90,13 @@ void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const
 }
 
 // The step part of the state machine, after the caller's own checks.
-bool step_recorded(Records& records, Optimizer& optimizer, float scale, bool skip_on_inf,
-                   const char* who) {
+bool step_recorded(Records& records, Optimizer& optimizer, float scale, bool skip_on_inf, const char* who) {
   const std::string name = who;
   if (records[&optimizer].stage == OptState::stepped)
     throw std::logic_error(name +
                            "::step() has already been called since the last update(); call "
                            "update() once at the end of every iteration, after step()");
-  if (records[&optimizer].stage == OptState::ready)
-    unscale_recorded(records, optimizer, scale, who);
+  if (records[&optimizer].stage == OptState::ready) unscale_recorded(records, optimizer, scale, who);
   detail::OptimizerRecord& r = records[&optimizer];
   if (!r.found_inf)
     throw std::logic_error(name +
@@ -203,9 +201,7 @@ float GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0f; }
 
 std::int32_t GradScaler::growth_tracker() const { return options_.enabled ? growth_tracker_ : 0; }
 
-OptState GradScaler::stage(const Optimizer& optimizer) const {
-  return stage_of(per_optimizer_, optimizer);
-}
+OptState GradScaler::stage(const Optimizer& optimizer) const { return stage_of(per_optimizer_, optimizer); }
 
 std::optional<bool> GradScaler::found_inf(const Optimizer& optimizer) const {
   return found_inf_of(per_optimizer_, optimizer);
@@ -226,8 +222,7 @@ std::string GradScaler::state_dict() const {
 
 namespace {
 
-constexpr const char* kStateKeys =
-    "scale, growth_factor, backoff_factor, growth_interval, _growth_tracker";
+constexpr const char* kStateKeys = "scale, growth_factor, backoff_factor, growth_interval, _growth_tracker";
 
 [[noreturn]] void load_error(const std::string& what) {
   throw std::invalid_argument("GradScaler::load_state_dict: " + what);
@@ -236,8 +231,7 @@ constexpr const char* kStateKeys =
 const nlohmann::json& require_key(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end())
-    load_error(std::string("missing key '") + key + "' (a state_dict has the keys " + kStateKeys +
-               ")");
+    load_error(std::string("missing key '") + key + "' (a state_dict has the keys " + kStateKeys + ")");
   return *it;
 }
 
@@ -272,8 +266,7 @@ void GradScaler::load_state_dict(const std::string& json) {
     load_error(std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object())
-    load_error(std::string("expected a JSON object with the keys ") + kStateKeys + ", got " +
-               j.type_name());
+    load_error(std::string("expected a JSON object with the keys ") + kStateKeys + ", got " + j.type_name());
   if (j.empty())
     load_error(
         "The source state dict is empty, possibly because it was saved from a disabled instance "
@@ -319,8 +312,8 @@ void GradScaler::load_state_dict(const std::string& json) {
 StaticScaler::StaticScaler(float scale, bool skip_nonfinite_steps)
     : scale_(scale), skip_nonfinite_steps_(skip_nonfinite_steps) {
   if (!(std::isfinite(scale) && scale > 0.0f))
-    throw std::invalid_argument("StaticScaler: the scale must be finite and > 0 in FP32 (got " +
-                                num(scale) + ")");
+    throw std::invalid_argument("StaticScaler: the scale must be finite and > 0 in FP32 (got " + num(scale) +
+                                ")");
 }
 
 float StaticScaler::scale(float loss) const { return loss * scale_; }
@@ -335,9 +328,7 @@ bool StaticScaler::step(Optimizer& optimizer) {
 
 void StaticScaler::update() { per_optimizer_.clear(); }
 
-OptState StaticScaler::stage(const Optimizer& optimizer) const {
-  return stage_of(per_optimizer_, optimizer);
-}
+OptState StaticScaler::stage(const Optimizer& optimizer) const { return stage_of(per_optimizer_, optimizer); }
 
 std::optional<bool> StaticScaler::found_inf(const Optimizer& optimizer) const {
   return found_inf_of(per_optimizer_, optimizer);

@@ -69,11 +69,11 @@ class GradScaler {
  public:
   /// The constructor's arguments, with PyTorch's names and defaults.
   struct Options {
-    float init_scale = 65536.0f;         ///< 2^16, the first scale
+    float init_scale = 65536.0f;          ///< 2^16, the first scale
     double growth_factor = 2.0;           ///< scale *= this after growth_interval clean steps
     double backoff_factor = 0.5;          ///< scale *= this after a step with inf/NaN
-    std::int32_t growth_interval = 2000; ///< clean steps in a row before the scale grows
-    bool enabled = true;                 ///< false: every call is a pass-through
+    std::int32_t growth_interval = 2000;  ///< clean steps in a row before the scale grows
+    bool enabled = true;                  ///< false: every call is a pass-through
   };
 
   /// A scaler with PyTorch's defaults (2^16, 2.0, 0.5, 2000, enabled).

@@ -57,8 +57,7 @@ MPT_HD inline bool unscale_and_check(float& g, float inv_scale) {
 /// _amp_update_scale_ kernels do, so a factor such as 0.3 that is not a float
 /// gives PyTorch's bits.
 MPT_HD inline void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                                double growth_factor, double backoff_factor,
-                                std::int32_t growth_interval) {
+                                double growth_factor, double backoff_factor, std::int32_t growth_interval) {
   if (found_inf) {
     scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
     growth_tracker = 0;

@@ -27,8 +27,7 @@ std::int64_t ScalerSimulation::skipped_steps() const {
   return std::count_if(rows.begin(), rows.end(), [](const ScalerSimulationRow& r) { return r.skipped; });
 }
 
-std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability,
-                                              std::uint64_t seed) {
+std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability, std::uint64_t seed) {
   Rng rng(seed);
   std::vector<std::int64_t> out;
   for (std::int64_t k = 1; k <= steps; ++k)
@@ -52,16 +51,14 @@ void check_spec(const ScalerSimulationSpec& s) {
                                 std::to_string(kMaxScalerSimulationSteps) + ", got " +
                                 std::to_string(s.steps));
   if (s.overflow_probability && !s.overflow_at.empty())
-    throw std::invalid_argument(
-        "give the overflow steps either as a list or as a probability, not both");
+    throw std::invalid_argument("give the overflow steps either as a list or as a probability, not both");
   if (s.overflow_probability && !(*s.overflow_probability >= 0.0 && *s.overflow_probability <= 1.0))
     throw std::invalid_argument("the overflow probability must be in [0, 1], got " +
                                 shortest_decimal(*s.overflow_probability));
   for (std::int64_t k : s.overflow_at)
     if (k < 1 || k > s.steps)
       throw std::invalid_argument("overflow step " + std::to_string(k) +
-                                  " is not a step of the run; valid steps: 1 to " +
-                                  std::to_string(s.steps));
+                                  " is not a step of the run; valid steps: 1 to " + std::to_string(s.steps));
 }
 
 }  // namespace
@@ -72,9 +69,8 @@ ScalerSimulation simulate_scaler(const ScalerSimulationSpec& spec) {
 
   std::vector<char> overflow(static_cast<std::size_t>(spec.steps) + 1, 0);
   const std::vector<std::int64_t> drawn =
-      spec.overflow_probability
-          ? draw_overflow_steps(spec.steps, *spec.overflow_probability, spec.seed)
-          : spec.overflow_at;
+      spec.overflow_probability ? draw_overflow_steps(spec.steps, *spec.overflow_probability, spec.seed)
+                                : spec.overflow_at;
   for (std::int64_t k : drawn) overflow[static_cast<std::size_t>(k)] = 1;
 
   Parameter w("w", Tensor(DType::f32, {1, 4}));
@@ -114,8 +110,8 @@ std::string overflow_line(const ScalerSimulation& sim) {
   for (const auto& r : sim.rows) n += r.overflow;
   std::string line = std::to_string(s.steps) + " steps; ";
   if (s.overflow_probability) {
-    line += "each overflows with probability " + shortest_decimal(*s.overflow_probability) +
-            " (seed " + std::to_string(s.seed) + "): " + std::to_string(n) + " drawn";
+    line += "each overflows with probability " + shortest_decimal(*s.overflow_probability) + " (seed " +
+            std::to_string(s.seed) + "): " + std::to_string(n) + " drawn";
   } else if (n == 0) {
     line += "no overflow";
   } else {
@@ -133,8 +129,7 @@ std::string overflow_line(const ScalerSimulation& sim) {
 }  // namespace
 
 std::string render_text(const ScalerSimulation& sim) {
-  std::vector<std::vector<std::string>> cells = {
-      {"step", "overflow", "scale", "growth_tracker", "skipped"}};
+  std::vector<std::vector<std::string>> cells = {{"step", "overflow", "scale", "growth_tracker", "skipped"}};
   cells.reserve(sim.rows.size() + 1);
   for (const auto& r : sim.rows)
     cells.push_back({std::to_string(r.step), r.overflow ? "1" : "0", shortest_decimal(r.scale),
@@ -184,8 +179,7 @@ std::string render_json(const ScalerSimulation& sim) {
                     {"skipped", r.skipped ? 1 : 0}});
   j["rows"] = rows;
   j["skipped_steps"] = sim.skipped_steps();
-  j["final_scale"] =
-      static_cast<double>(sim.rows.empty() ? s.options.init_scale : sim.rows.back().scale);
+  j["final_scale"] = static_cast<double>(sim.rows.empty() ? s.options.init_scale : sim.rows.back().scale);
   return j.dump(2) + "\n";
 }
 
@@ -194,7 +188,12 @@ std::string render_json(const ScalerSimulation& sim) {
 
 namespace {
 
-bool bits_differ(float a, float b) { return std::memcmp(&a, &b, sizeof a) != 0; }
+bool bits_differ(float a, float b) {
+  std::uint32_t ua, ub;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  return ua != ub;
+}
 
 // A scale that a log2 axis can show: no floor lets backoff reach 0.
 bool drawable(float scale) { return std::isfinite(scale) && scale > 0.0f; }
@@ -230,8 +229,9 @@ std::string render_plot_svg(const ScalerSimulation& sim) {
     second += " (too many to mark: " + std::to_string(overflows) + " overflows)";
   if (undrawn > 0) second += "; " + std::to_string(undrawn) + " steps with scale 0 or inf not drawn";
   c.title = options_line(sim.spec.options) + "\n" + second;
-  c.description = "The loss scale after each update() of a GradScaler simulation, log2 axis; red dots: "
-                  "overflowing steps, at the scale they ran with.";
+  c.description =
+      "The loss scale after each update() of a GradScaler simulation, log2 axis; red dots: "
+      "overflowing steps, at the scale they ran with.";
   c.x.label = "step";
   c.x.min = 0;
   c.x.max = static_cast<double>(sim.rows.size());
@@ -258,10 +258,8 @@ std::string render_plot_svg(const ScalerSimulation& sim) {
     if (drawable(r.scale)) {
       lo = std::min(lo, std::log2(static_cast<double>(r.scale)));
       hi = std::max(hi, std::log2(static_cast<double>(r.scale)));
-      if (open)
-        runs.back().push_back({k, r.scale});
-      else
-        runs.push_back({{k, r.scale}});
+      if (open) runs.back().push_back({k, r.scale});
+      else runs.push_back({{k, r.scale}});
       open = true;
     } else if (open) {
       runs.back().push_back({k, prev});  // hold up to here, then no line

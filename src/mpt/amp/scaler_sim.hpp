@@ -26,20 +26,20 @@ inline constexpr std::int64_t kMaxPlottedOverflowMarks = 20'000;
 /// What to simulate: a GradScaler, a number of steps, and which steps
 /// overflow — listed, or drawn with a probability from a seeded generator.
 struct ScalerSimulationSpec {
-  GradScaler::Options options;              ///< the scaler's constructor arguments
-  std::int64_t steps = 0;                   ///< iterations, 1 to kMaxScalerSimulationSteps
-  std::vector<std::int64_t> overflow_at;    ///< overflowing steps, 1-based, any order
+  GradScaler::Options options;                 ///< the scaler's constructor arguments
+  std::int64_t steps = 0;                      ///< iterations, 1 to kMaxScalerSimulationSteps
+  std::vector<std::int64_t> overflow_at;       ///< overflowing steps, 1-based, any order
   std::optional<double> overflow_probability;  ///< instead: each step overflows with this probability
-  std::uint64_t seed = 0;                   ///< seed of the draw (with overflow_probability)
+  std::uint64_t seed = 0;                      ///< seed of the draw (with overflow_probability)
 };
 
 /// One iteration of the simulation, as the scaler left it.
 struct ScalerSimulationRow {
-  std::int64_t step = 0;             ///< 1-based iteration number
-  bool overflow = false;             ///< the gradient held an inf this step
-  float scale = 0;                   ///< get_scale() after update()
-  std::int32_t growth_tracker = 0;   ///< growth_tracker() after update()
-  bool skipped = false;              ///< step() did not call optimizer.step()
+  std::int64_t step = 0;            ///< 1-based iteration number
+  bool overflow = false;            ///< the gradient held an inf this step
+  float scale = 0;                  ///< get_scale() after update()
+  std::int32_t growth_tracker = 0;  ///< growth_tracker() after update()
+  bool skipped = false;             ///< step() did not call optimizer.step()
 };
 
 /// A finished simulation: the spec and one row per step.
@@ -53,8 +53,7 @@ struct ScalerSimulation {
 /// The 1-based steps among 1..steps that overflow when each does with
 /// `probability` (uniform() < probability), drawn from mpt::Rng(seed), the
 /// same generator on every machine.
-std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability,
-                                              std::uint64_t seed);
+std::vector<std::int64_t> draw_overflow_steps(std::int64_t steps, double probability, std::uint64_t seed);
 
 /// Run a real GradScaler for spec.steps iterations against an optimizer
 /// whose gradient holds an inf on the overflow steps (finite otherwise):

@@ -9,8 +9,8 @@
 
 #include <stdexcept>
 
-#include "mpt/formats/cpu_dispatch.hpp"
 #include "mpt/amp/scaler_math.hpp"
+#include "mpt/formats/cpu_dispatch.hpp"
 
 namespace mpt {
 namespace {

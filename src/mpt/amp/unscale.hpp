@@ -42,13 +42,11 @@ bool unscale_and_check(const TensorList& tensors, float inv_scale,
 
 /// Pass one of the two-pass baseline: g[i] *= inv_scale (untouched when
 /// inv_scale == 1). The products are the bits unscale_and_check writes.
-void unscale(float* g, std::size_t n, float inv_scale,
-             Implementation impl = Implementation::automatic);
+void unscale(float* g, std::size_t n, float inv_scale, Implementation impl = Implementation::automatic);
 
 /// Pass two of the baseline, and a check on its own: true when any g[i] is
 /// ±inf or NaN. Read-only; may stop early once one is found.
-bool any_nonfinite(const float* g, std::size_t n,
-                   Implementation impl = Implementation::automatic);
+bool any_nonfinite(const float* g, std::size_t n, Implementation impl = Implementation::automatic);
 
 /// The two-pass baseline over a list: unscale every tensor, then check every
 /// tensor — each gradient is read twice. It judges the *unscaled* values, so

@@ -45,10 +45,12 @@ DType dtype_named(std::string_view name) {
   for (DType d : kAllDTypes)
     if (name == dtype_name(d) || name == format_of(d).name) return d;
   if (name == "tf32")
-    throw std::invalid_argument("tf32 is a compute format (fp32 storage read with 10 fraction "
-                                "bits), not a storage dtype; valid dtypes: " + dtype_names());
-  throw std::invalid_argument("unknown dtype '" + std::string(name) + "'; valid dtypes: " +
-                              dtype_names() + " (or the format names fp32, fp16)");
+    throw std::invalid_argument(
+        "tf32 is a compute format (fp32 storage read with 10 fraction "
+        "bits), not a storage dtype; valid dtypes: " +
+        dtype_names());
+  throw std::invalid_argument("unknown dtype '" + std::string(name) + "'; valid dtypes: " + dtype_names() +
+                              " (or the format names fp32, fp16)");
 }
 
 std::size_t bytes_per_element(DType d) {

@@ -31,8 +31,7 @@ enum class DType : std::uint8_t {
 };
 
 /// Every DType, in declaration order (for tables and error messages).
-inline constexpr DType kAllDTypes[] = {DType::f32, DType::bf16, DType::f16, DType::e4m3,
-                                       DType::e5m2};
+inline constexpr DType kAllDTypes[] = {DType::f32, DType::bf16, DType::f16, DType::e4m3, DType::e5m2};
 
 /// The Chapter 1 format a dtype stores: fp32, bf16, fp16, e4m3, e5m2.
 const Format& format_of(DType d);

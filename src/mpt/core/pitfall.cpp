@@ -39,9 +39,8 @@ std::string what_of(const std::exception_ptr& e) {
 // Run one side; on an exception return an empty result whose only check
 // entry says what went wrong, so the verdict is "not reproduced" instead of
 // a crash of the whole tour.
-void run_side(const std::function<RunResult()>& run, const std::vector<Check>& checks,
-              const char* side, RunResult& result,
-              std::vector<std::pair<std::string, bool>>& verdicts) {
+void run_side(const std::function<RunResult()>& run, const std::vector<Check>& checks, const char* side,
+              RunResult& result, std::vector<std::pair<std::string, bool>>& verdicts) {
   std::exception_ptr failure;
   try {
     result = run();
@@ -73,8 +72,8 @@ double RunResult::get(std::string_view name) const {
     if (o.name == name) return o.value;
   std::string names;
   for (const auto& o : outcomes) names += (names.empty() ? "" : ", ") + o.name;
-  throw std::out_of_range("no outcome named '" + std::string(name) + "'; this run measured: " +
-                          (names.empty() ? std::string("nothing") : names));
+  throw std::out_of_range("no outcome named '" + std::string(name) +
+                          "'; this run measured: " + (names.empty() ? std::string("nothing") : names));
 }
 
 bool Verdict::symptom_shown() const { return all_hold(symptom_checks); }
@@ -97,8 +96,7 @@ void Registry::add(Pitfall p) {
   for (const auto* checks : {&p.symptom, &p.cure})
     for (const auto& c : *checks) {
       if (c.claim.empty()) throw std::invalid_argument(who + "a check has an empty claim");
-      if (!c.holds)
-        throw std::invalid_argument(who + "check '" + c.claim + "' has no predicate");
+      if (!c.holds) throw std::invalid_argument(who + "check '" + c.claim + "' has no predicate");
     }
   pitfalls_.push_back(std::move(p));
 }
@@ -132,10 +130,8 @@ std::vector<std::pair<std::string, bool>> evaluate_checks(const std::vector<Chec
     } catch (...) {
       failure = std::current_exception();
     }
-    if (failure)
-      out.emplace_back(c.claim + " [check failed: " + what_of(failure) + "]", false);
-    else
-      out.emplace_back(c.claim, held);
+    if (failure) out.emplace_back(c.claim + " [check failed: " + what_of(failure) + "]", false);
+    else out.emplace_back(c.claim, held);
   }
   return out;
 }

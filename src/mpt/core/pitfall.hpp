@@ -18,9 +18,9 @@ namespace mpt {
 
 /// One measured number of a run, e.g. {"final_sum", 256, "value of the fp16 sum"}.
 struct Outcome {
-  std::string name;   ///< identifier, snake_case; stable: tests and JSON use it
-  double value;       ///< the measurement
-  std::string what;   ///< one line for humans
+  std::string name;  ///< identifier, snake_case; stable: tests and JSON use it
+  double value;      ///< the measurement
+  std::string what;  ///< one line for humans
 };
 
 /// What one run (broken or fixed) measured.
@@ -38,8 +38,8 @@ struct RunResult {
 
 /// A predicate over a run, with the sentence it checks.
 struct Check {
-  std::string claim;                                ///< e.g. "the sum stalls below 300"
-  std::function<bool(const RunResult&)> holds;      ///< true when the claim holds on the run
+  std::string claim;                            ///< e.g. "the sum stalls below 300"
+  std::function<bool(const RunResult&)> holds;  ///< true when the claim holds on the run
 };
 
 /// A registered failure mode. Its broken and fixed runs measure the same
@@ -47,14 +47,14 @@ struct Check {
 /// they can be shown side by side and every check can be evaluated on
 /// either run.
 struct Pitfall {
-  std::string id;         ///< kebab-case, e.g. "fp16-overflow"
-  int chapter = 0;        ///< chapter that introduces it
-  std::string title;      ///< short title
-  std::string mechanism;  ///< the mechanism in one sentence
+  std::string id;                     ///< kebab-case, e.g. "fp16-overflow"
+  int chapter = 0;                    ///< chapter that introduces it
+  std::string title;                  ///< short title
+  std::string mechanism;              ///< the mechanism in one sentence
   std::function<RunResult()> broken;  ///< the run that shows the failure
   std::function<RunResult()> fixed;   ///< the same measurement with the fix applied
-  std::vector<Check> symptom;  ///< must all hold on the broken run
-  std::vector<Check> cure;     ///< must all hold on the fixed run
+  std::vector<Check> symptom;         ///< must all hold on the broken run
+  std::vector<Check> cure;            ///< must all hold on the fixed run
 };
 
 /// The result of running one pitfall and checking both sides.
@@ -66,8 +66,8 @@ struct Verdict {
   ///@}
   std::vector<std::pair<std::string, bool>> symptom_checks;  ///< claim, held?
   std::vector<std::pair<std::string, bool>> cure_checks;     ///< claim, held?
-  bool symptom_shown() const;  ///< every symptom check held on the broken run
-  bool fix_works() const;      ///< every cure check held on the fixed run
+  bool symptom_shown() const;                                ///< every symptom check held on the broken run
+  bool fix_works() const;                                    ///< every cure check held on the fixed run
   /// The pitfall reproduces: the symptom shows and the fix works.
   bool reproduced() const { return symptom_shown() && fix_works(); }
 };

@@ -36,8 +36,8 @@ double Rng::normal() {
 std::uint64_t Rng::below(std::uint64_t n) {
   if (n == 0) throw std::invalid_argument("Rng::below(0): the range is empty");
   // Reject the top partial copy of [0, n) so every residue is equally likely.
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
-                              std::numeric_limits<std::uint64_t>::max() % n;
+  const std::uint64_t limit =
+      std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
   std::uint64_t v;
   do v = next_u64();
   while (v >= limit);

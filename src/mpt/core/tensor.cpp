@@ -78,8 +78,7 @@ Tensor::Tensor() = default;
 
 Tensor Tensor::uninitialized(DType dtype, Shape shape) {
   for (std::int64_t s : shape)
-    if (s < 0)
-      throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " has a negative size");
+    if (s < 0) throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " has a negative size");
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
@@ -121,8 +120,8 @@ std::int64_t Tensor::size(int d) const {
   const int n = dim();
   const int i = d < 0 ? d + n : d;
   if (i < 0 || i >= n)
-    throw std::out_of_range("Tensor::size(" + std::to_string(d) + "): the tensor has " +
-                            std::to_string(n) + " dimension(s) (shape " + shape_string(shape_) + ")");
+    throw std::out_of_range("Tensor::size(" + std::to_string(d) + "): the tensor has " + std::to_string(n) +
+                            " dimension(s) (shape " + shape_string(shape_) + ")");
   return shape_[static_cast<std::size_t>(i)];
 }
 
@@ -133,15 +132,15 @@ std::size_t Tensor::bytes() const noexcept {
 std::int64_t Tensor::rows() const {
   if (dim() == 2) return shape_[0];
   if (dim() == 1) return 1;
-  throw std::logic_error("a matrix view needs a 1-D or 2-D tensor; this one is " +
-                         shape_string(shape_) + " (reshape it first)");
+  throw std::logic_error("a matrix view needs a 1-D or 2-D tensor; this one is " + shape_string(shape_) +
+                         " (reshape it first)");
 }
 
 std::int64_t Tensor::cols() const {
   if (dim() == 2) return shape_[1];
   if (dim() == 1) return shape_[0];
-  throw std::logic_error("a matrix view needs a 1-D or 2-D tensor; this one is " +
-                         shape_string(shape_) + " (reshape it first)");
+  throw std::logic_error("a matrix view needs a 1-D or 2-D tensor; this one is " + shape_string(shape_) +
+                         " (reshape it first)");
 }
 
 // --- reading -------------------------------------------------------------------------
@@ -176,8 +175,10 @@ float Tensor::value(std::int64_t i) const {
     throw std::out_of_range("Tensor::value(" + std::to_string(i) + "): the tensor has " +
                             std::to_string(numel_) + " elements");
   float v = 0;
-  load_from(dtype_, static_cast<const unsigned char*>(raw()) + static_cast<std::size_t>(i) * bytes_per_element(dtype_),
-            &v, 1);
+  load_from(
+      dtype_,
+      static_cast<const unsigned char*>(raw()) + static_cast<std::size_t>(i) * bytes_per_element(dtype_), &v,
+      1);
   return scale_ ? v * (1.0f / *scale_) : v;
 }
 
@@ -247,9 +248,8 @@ void Tensor::fill_zero() {
 
 Tensor Tensor::reshaped(Shape shape) const {
   if (mpt::numel(shape) != numel_)
-    throw std::invalid_argument("Tensor::reshaped: " + shape_string(shape_) + " (" +
-                                std::to_string(numel_) + " elements) cannot become " +
-                                shape_string(shape));
+    throw std::invalid_argument("Tensor::reshaped: " + shape_string(shape_) + " (" + std::to_string(numel_) +
+                                " elements) cannot become " + shape_string(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;

@@ -84,8 +84,7 @@ class Tensor {
   /// element before anything reads it.
   static Tensor uninitialized(DType dtype, Shape shape);
   /// numel(shape) floats rounded into dtype (options: Chapter 1's rounding).
-  static Tensor from_f32(const float* values, Shape shape, DType dtype,
-                         const RoundingOptions& options = {});
+  static Tensor from_f32(const float* values, Shape shape, DType dtype, const RoundingOptions& options = {});
   /// A row-major FP32 matrix, shape {rows, cols}, rounded into dtype.
   static Tensor from_matrix(const Eigen::Ref<const MatrixF>& m, DType dtype);
   /// values × scale rounded into dtype, with the scale kept: the stored codes

@@ -38,7 +38,8 @@ namespace {
 std::string values_text(const std::vector<TracedValue>& vs) {
   std::string s;
   for (const TracedValue& v : vs)
-    s += (s.empty() ? "" : ", ") + v.name + " " + std::string(dtype_name(v.dtype)) + " " + shape_string(v.shape);
+    s += (s.empty() ? "" : ", ") + v.name + " " + std::string(dtype_name(v.dtype)) + " " +
+         shape_string(v.shape);
   return s;
 }
 
@@ -96,7 +97,8 @@ std::string render_text(const Trace& trace) {
                     std::to_string(e.bytes_written())});
   std::ostringstream o;
   o << columns(rows);
-  o << "\n" << trace.casts() << " cast(s) at op boundaries, " << trace.cast_bytes() << " bytes written by them\n";
+  o << "\n"
+    << trace.casts() << " cast(s) at op boundaries, " << trace.cast_bytes() << " bytes written by them\n";
   return o.str();
 }
 
@@ -148,13 +150,14 @@ std::string render_dot(const Trace& trace, const std::string& title) {
         for (const TracedValue& v : e.inputs)
           if (v.name.find("weight") != std::string::npos || v.name.find("bias") != std::string::npos)
             label += "\\n" + v.name + " " + std::string(dtype_name(v.dtype));
-        o << "    " << id << " [shape=box, fillcolor=\"" << fill_of(out) << "\", label=\"" << dot_escape(label)
-          << "\"];\n";
+        o << "    " << id << " [shape=box, fillcolor=\"" << fill_of(out) << "\", label=\""
+          << dot_escape(label) << "\"];\n";
       }
       if (!previous.empty()) o << "    " << previous << " -> " << id << " [label=\"" << flowing << "\"];\n";
       previous = id;
-      flowing = e.outputs.empty() ? "" : std::string(dtype_name(e.outputs.front().dtype)) + " " +
-                                             shape_string(e.outputs.front().shape);
+      flowing = e.outputs.empty() ? ""
+                                  : std::string(dtype_name(e.outputs.front().dtype)) + " " +
+                                        shape_string(e.outputs.front().shape);
     }
     o << "  }\n";
   }

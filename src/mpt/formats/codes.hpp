@@ -39,10 +39,14 @@ struct Bf16Code {
 /// storage.hpp's CPU storage.
 template <const FormatSpec& Spec>
 struct Fp8 {
-  std::uint8_t code = 0;                             ///< the format's bit pattern
-  static constexpr const FormatSpec& spec = Spec;    ///< the format the code is read in
+  std::uint8_t code = 0;                           ///< the format's bit pattern
+  static constexpr const FormatSpec& spec = Spec;  ///< the format the code is read in
   /// The value whose bit pattern is c.
-  MPT_HD static Fp8 from_code(std::uint8_t c) { Fp8 v; v.code = c; return v; }
+  MPT_HD static Fp8 from_code(std::uint8_t c) {
+    Fp8 v;
+    v.code = c;
+    return v;
+  }
   /// The value as a float (exact). The spec is copied into a compile-time
   /// constant first: device code may not read the host variable Spec names.
   MPT_HD float to_float() const {

@@ -118,8 +118,7 @@ std::string note_for(const Explanation& e, const Format& f) {
              "'s overflow convention)";
     case RangeClass::zero: return "zero is stored exactly (the sign is kept)";
     case RangeClass::overflow:
-      if (std::isinf(e.stored))
-        return "overflow: |x| rounds beyond max " + max + ", so it becomes inf";
+      if (std::isinf(e.stored)) return "overflow: |x| rounds beyond max " + max + ", so it becomes inf";
       if (std::isnan(e.stored)) return "overflow: " + name + " has no inf, so it becomes NaN";
       return "overflow: |x| rounds beyond max " + max + "; saturated to ±max (" + name +
              "'s overflow convention; an IEEE cast would give inf or NaN)";
@@ -128,9 +127,8 @@ std::string note_for(const Explanation& e, const Format& f) {
              power_of_two_or_decimal(l.min_subnormal / 2) + "), so it rounds to zero";
     case RangeClass::subnormal_result: {
       const std::uint32_t frac = e.code & ((1u << f.spec.mantissa_bits) - 1u);
-      return std::string("subnormal: |x| is below min normal ") +
-             power_of_two_or_decimal(l.min_normal) + ", so only " +
-             std::to_string(significant_bits(frac)) + " of " + std::to_string(l.precision) +
+      return std::string("subnormal: |x| is below min normal ") + power_of_two_or_decimal(l.min_normal) +
+             ", so only " + std::to_string(significant_bits(frac)) + " of " + std::to_string(l.precision) +
              " significant bits remain" +
              (static_cast<double>(e.stored) == e.input ? " (exact)" : " (rounded)");
     }
@@ -257,9 +255,7 @@ Explanation explain(double x, const Format& f) {
       e.exponent = s.emin();
       e.significand_binary = "0." + e.mantissa_field;
       break;
-    default:
-      e.exponent = 0;
-      break;
+    default: e.exponent = 0; break;
   }
 
   // Values.
@@ -270,8 +266,8 @@ Explanation explain(double x, const Format& f) {
   if (std::isnan(x) && std::isnan(v)) e.abs_error = 0;  // nothing was lost
   if (std::isinf(x) && v == x) e.abs_error = 0;
   e.abs_error_exact = e.abs_error_is_exact ? exact_decimal(e.abs_error) : shortest_decimal(e.abs_error);
-  e.rel_error = x == 0 || !std::isfinite(x) ? (e.abs_error == 0 ? 0 : e.abs_error)
-                                            : e.abs_error / std::fabs(x);
+  e.rel_error =
+      x == 0 || !std::isfinite(x) ? (e.abs_error == 0 ? 0 : e.abs_error) : e.abs_error / std::fabs(x);
   if (std::isfinite(v)) {
     int ex = s.emin();
     if (v != 0) {
@@ -337,8 +333,7 @@ std::string render_text(const Explanation& e) {
                    ? e.input_exact
                    : shortest_decimal(e.input) + " = " + e.input_exact + " exactly");
   row("stored", e.stored_exact +
-                    (e.stored_exact == e.stored_shortest ? ""
-                                                         : "  (shortest: " + e.stored_shortest + ")"));
+                    (e.stored_exact == e.stored_shortest ? "" : "  (shortest: " + e.stored_shortest + ")"));
   row("what happened", e.note);
   row("bits", e.sign_field + " " + e.exponent_field + " " + e.mantissa_field + "  (sign, " +
                   std::to_string(f.spec.exponent_bits) + " exponent bits, " +
@@ -352,22 +347,18 @@ std::string render_text(const Explanation& e) {
       break;
     case ValueKind::subnormal:
     case ValueKind::zero:
-      row("exponent", "field 0 means emin = " + std::to_string(e.exponent) +
-                          " with no implicit leading 1");
+      row("exponent", "field 0 means emin = " + std::to_string(e.exponent) + " with no implicit leading 1");
       break;
-    default:
-      row("exponent", "field all ones: " + std::string(value_kind_name(e.kind)));
-      break;
+    default: row("exponent", "field all ones: " + std::string(value_kind_name(e.kind))); break;
   }
   if (!e.significand_binary.empty())
-    row("value", std::string(e.sign_field == "1" ? "-" : "+") + e.significand_binary +
-                     " (binary) x 2^" + std::to_string(e.exponent));
+    row("value", std::string(e.sign_field == "1" ? "-" : "+") + e.significand_binary + " (binary) x 2^" +
+                     std::to_string(e.exponent));
   char rel[64];
   std::snprintf(rel, sizeof rel, "%.3g", e.rel_error);
   char ulps[64];
   std::snprintf(ulps, sizeof ulps, "%.3g", e.error_ulps);
-  row("error", e.abs_error_exact + (e.abs_error_is_exact ? " (exact)" : "") +
-                   "  stored - input");
+  row("error", e.abs_error_exact + (e.abs_error_is_exact ? " (exact)" : "") + "  stored - input");
   row("rel. error", std::string(rel) + "  (unit roundoff u = " +
                         power_of_two_or_decimal(limits_of(f.spec).unit_roundoff) + ")");
   if (!std::isnan(e.ulp)) {

@@ -65,8 +65,8 @@ struct Explanation {
   /// Whether abs_error is the exact difference (checked with Knuth's
   /// TwoSum). Only a saturated or overflowed result can make it inexact.
   bool abs_error_is_exact = true;
-  std::string abs_error_exact;     ///< abs_error's exact decimal expansion
-  double rel_error = 0;            ///< abs_error / |input|; 0 when input is 0
+  std::string abs_error_exact;  ///< abs_error's exact decimal expansion
+  double rel_error = 0;         ///< abs_error / |input|; 0 when input is 0
   /// The format's spacing at the stored value: 2^(max(e, emin) - m) for
   /// 2^e <= |stored| < 2^(e+1) (the gap to the next larger magnitude);
   /// NaN for inf and NaN.

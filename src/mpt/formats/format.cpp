@@ -21,9 +21,8 @@ Limits limits_of(const FormatSpec& s) {
   l.unit_roundoff = std::ldexp(1.0, -s.precision());
   // Finite codes per sign: every exponent field below all-ones times every
   // fraction, plus (E4M3) the all-ones exponent without its NaN code.
-  const std::uint64_t per_sign =
-      s.has_inf() ? ((std::uint64_t{1} << s.exponent_bits) - 1) << s.mantissa_bits
-                  : (std::uint64_t{1} << (s.exponent_bits + s.mantissa_bits)) - 1;
+  const std::uint64_t per_sign = s.has_inf() ? ((std::uint64_t{1} << s.exponent_bits) - 1) << s.mantissa_bits
+                                             : (std::uint64_t{1} << (s.exponent_bits + s.mantissa_bits)) - 1;
   l.finite_codes = 2 * per_sign;
   l.finite_values = l.finite_codes - 1;
   l.has_inf = s.has_inf();
@@ -35,12 +34,11 @@ const std::vector<Format>& all_formats() {
   static const std::vector<Format> table{
       {"fp32", "IEEE binary32, the master-weight and accumulation format", formats::fp32,
        OverflowMode::infinity},
-      {"tf32", "TensorFloat-32: fp32 range, fp16 precision (tensor-core GEMM input)",
-       formats::tf32, OverflowMode::infinity},
+      {"tf32", "TensorFloat-32: fp32 range, fp16 precision (tensor-core GEMM input)", formats::tf32,
+       OverflowMode::infinity},
       {"bf16", "bfloat16: fp32 range, 8-bit precision", formats::bf16, OverflowMode::infinity},
       {"fp16", "IEEE binary16", formats::fp16, OverflowMode::infinity},
-      {"e4m3", "OCP FP8 E4M3: no inf, NaN only at S.1111.111", formats::e4m3,
-       OverflowMode::saturate},
+      {"e4m3", "OCP FP8 E4M3: no inf, NaN only at S.1111.111", formats::e4m3, OverflowMode::saturate},
       {"e5m2", "OCP FP8 E5M2: IEEE-like, with inf", formats::e5m2, OverflowMode::saturate},
   };
   return table;
@@ -63,8 +61,7 @@ std::string format_names() {
 
 const Format& format_named(std::string_view name) {
   if (const Format* f = find_format(name)) return *f;
-  throw std::invalid_argument("unknown format '" + std::string(name) +
-                              "'; valid formats: " + format_names());
+  throw std::invalid_argument("unknown format '" + std::string(name) + "'; valid formats: " + format_names());
 }
 
 }  // namespace mpt

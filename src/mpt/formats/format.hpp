@@ -27,18 +27,18 @@ struct Format {
 
 /// Values derived from a FormatSpec (all exact in double).
 struct Limits {
-  int precision;              ///< p, significand bits including the implicit one
-  int emin;                   ///< smallest normal exponent
-  int emax;                   ///< largest finite exponent
-  double max;                 ///< largest finite value
-  double min_normal;          ///< 2^emin
-  double min_subnormal;       ///< 2^(emin - mantissa_bits)
-  double epsilon;             ///< machine epsilon, 2^(1-p): gap from 1 to the next value
-  double unit_roundoff;       ///< u = 2^-p: max relative error of round-to-nearest
-  std::uint64_t finite_codes; ///< bit patterns holding finite values (±0 counted twice)
-  std::uint64_t finite_values;///< distinct finite values (±0 counted once)
-  bool has_inf;               ///< whether the format has ±inf
-  int storage_bytes;          ///< bytes one stored value occupies
+  int precision;                ///< p, significand bits including the implicit one
+  int emin;                     ///< smallest normal exponent
+  int emax;                     ///< largest finite exponent
+  double max;                   ///< largest finite value
+  double min_normal;            ///< 2^emin
+  double min_subnormal;         ///< 2^(emin - mantissa_bits)
+  double epsilon;               ///< machine epsilon, 2^(1-p): gap from 1 to the next value
+  double unit_roundoff;         ///< u = 2^-p: max relative error of round-to-nearest
+  std::uint64_t finite_codes;   ///< bit patterns holding finite values (±0 counted twice)
+  std::uint64_t finite_values;  ///< distinct finite values (±0 counted once)
+  bool has_inf;                 ///< whether the format has ±inf
+  int storage_bytes;            ///< bytes one stored value occupies
 };
 
 /// Limits derived from the descriptor alone.

@@ -30,11 +30,11 @@ enum class SpecialEncoding : std::uint8_t {
 /// A binary floating-point format described by its fields.
 /// Only the stored fields are here; everything else is derived.
 struct FormatSpec {
-  int exponent_bits;   ///< width of the exponent field
-  int mantissa_bits;   ///< stored fraction bits (precision p = mantissa_bits + 1)
-  int bias;            ///< exponent bias
+  int exponent_bits;        ///< width of the exponent field
+  int mantissa_bits;        ///< stored fraction bits (precision p = mantissa_bits + 1)
+  int bias;                 ///< exponent bias
   SpecialEncoding special;  ///< what the all-ones exponent field means
-  int storage_bits;    ///< bytes actually used per value, times 8
+  int storage_bits;         ///< bytes actually used per value, times 8
 
   /// Precision p: significant bits of a normal number, the implicit leading 1 included.
   MPT_HD constexpr int precision() const { return mantissa_bits + 1; }
@@ -51,8 +51,7 @@ struct FormatSpec {
   /// 2^-mantissa_bits: all ones for IEEE, all ones minus one for E4M3
   /// (S.1111.111 is NaN).
   MPT_HD constexpr std::uint32_t max_significand() const {
-    return special == SpecialEncoding::ieee ? (2u << mantissa_bits) - 1u
-                                            : (2u << mantissa_bits) - 2u;
+    return special == SpecialEncoding::ieee ? (2u << mantissa_bits) - 1u : (2u << mantissa_bits) - 2u;
   }
 };
 

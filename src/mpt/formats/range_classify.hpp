@@ -64,8 +64,8 @@ MPT_HD inline RangeClass classify(float x, const FormatSpec& f) {
   const std::uint32_t a = detail::bits_of(x) & 0x7fffffffu;
   if (a >= 0x7f800000u) return RangeClass::nonfinite;
   if (a == 0) return RangeClass::zero;
-  const float y = round_to_format(x, f, RoundingMode::nearest_even, OverflowMode::infinity,
-                                  SubnormalMode::keep);
+  const float y =
+      round_to_format(x, f, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep);
   const std::uint32_t b = detail::bits_of(y) & 0x7fffffffu;
   if (b >= 0x7f800000u) return RangeClass::overflow;  // inf, or NaN for a format without inf
   if (b == 0) return RangeClass::flushed_to_zero;
@@ -93,7 +93,7 @@ MPT_HD inline int log2_bin(float x) {
   if (a == 0 || a >= 0x7f800000u) return kLog2BinNone;
   const int biased = static_cast<int>(a >> 23);
   if (biased > 0) return biased - 127;
-  // An fp32 subnormal is a * 2^-149; its leading bit gives the exponent.
+    // An fp32 subnormal is a * 2^-149; its leading bit gives the exponent.
 #if defined(__CUDA_ARCH__)
   const int msb = 31 - __clz(static_cast<int>(a));
 #else

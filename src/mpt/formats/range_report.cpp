@@ -46,10 +46,9 @@ std::string pad_right(const std::string& s, std::size_t width) {
 
 // Table order: what survives first, then what is lost, then what was never
 // a number to begin with.
-constexpr RangeClass kTableOrder[] = {RangeClass::exact,          RangeClass::rounded,
-                                      RangeClass::subnormal_result, RangeClass::flushed_to_zero,
-                                      RangeClass::overflow,       RangeClass::zero,
-                                      RangeClass::nonfinite};
+constexpr RangeClass kTableOrder[] = {
+    RangeClass::exact,    RangeClass::rounded, RangeClass::subnormal_result, RangeClass::flushed_to_zero,
+    RangeClass::overflow, RangeClass::zero,    RangeClass::nonfinite};
 
 const char* class_label(RangeClass c) {
   switch (c) {
@@ -119,13 +118,12 @@ BinSpan RangeReport::display_span() const {
     span = {std::max(kLog2BinMin, data_lo - 1), std::min(kLog2BinMax, data_hi + 1)};
   }
   // Each landmark comes with the bin on its far side, so the boundary shows.
-  struct Want { int lo, hi; };
-  std::vector<Want> wants = {{m.subnormal_bin - 1, m.subnormal_bin},
-                             {m.normal_bin - 1, m.normal_bin},
-                             {m.max_bin, m.max_bin + 1}};
-  auto distance = [&](const Want& w) {
-    return std::max({0, span.lo - w.lo, w.hi - span.hi});
+  struct Want {
+    int lo, hi;
   };
+  std::vector<Want> wants = {
+      {m.subnormal_bin - 1, m.subnormal_bin}, {m.normal_bin - 1, m.normal_bin}, {m.max_bin, m.max_bin + 1}};
+  auto distance = [&](const Want& w) { return std::max({0, span.lo - w.lo, w.hi - span.hi}); };
   std::sort(wants.begin(), wants.end(),
             [&](const Want& a, const Want& b) { return distance(a) < distance(b); });
   for (const Want& w : wants) {
@@ -179,20 +177,18 @@ std::string render_text(const RangeReport& r, int bar_width) {
     << shortest_decimal(static_cast<float>(m.max)) << "\n";
   if (!std::isnan(r.amax))
     o << "  data: largest |x| " << shortest_decimal(r.amax) << ", smallest nonzero |x| "
-      << (std::isnan(r.min_nonzero) ? std::string("none") : shortest_decimal(r.min_nonzero))
-      << "\n";
+      << (std::isnan(r.min_nonzero) ? std::string("none") : shortest_decimal(r.min_nonzero)) << "\n";
   o << "\n";
 
   // The class table.
   std::size_t count_width = 5;
-  for (RangeClass c : kTableOrder)
-    count_width = std::max(count_width, std::to_string(r.count(c)).size());
+  for (RangeClass c : kTableOrder) count_width = std::max(count_width, std::to_string(r.count(c)).size());
   count_width = std::max(count_width, std::to_string(r.total()).size());
-  o << "  " << pad_right("class", 18) << pad_left("count", count_width) << "  "
-    << pad_left("fraction", 8) << "\n";
+  o << "  " << pad_right("class", 18) << pad_left("count", count_width) << "  " << pad_left("fraction", 8)
+    << "\n";
   for (RangeClass c : kTableOrder)
-    o << "  " << pad_right(class_label(c), 18) << pad_left(std::to_string(r.count(c)), count_width)
-      << "  " << pad_left(percent(r.fraction(c)), 8) << "\n";
+    o << "  " << pad_right(class_label(c), 18) << pad_left(std::to_string(r.count(c)), count_width) << "  "
+      << pad_left(percent(r.fraction(c)), 8) << "\n";
   o << "  " << pad_right("total", 18) << pad_left(std::to_string(r.total()), count_width) << "  "
     << pad_left(percent(r.total() ? 1.0 : 0.0), 8) << "\n\n";
 
@@ -204,8 +200,7 @@ std::string render_text(const RangeReport& r, int bar_width) {
   o << "  log2|x| histogram: bin k holds 2^k <= |x| < 2^(k+1)\n";
   if (peak == 0) o << "  (no finite nonzero values)\n";
   auto rule = [&](const std::string& text) {
-    o << "  ---- " << text << " " << std::string(text.size() < 50 ? 50 - text.size() : 2, '-')
-      << "\n";
+    o << "  ---- " << text << " " << std::string(text.size() < 50 ? 50 - text.size() : 2, '-') << "\n";
   };
   std::vector<std::string> off_scale;
   if (m.subnormal_bin < span.lo || m.subnormal_bin > span.hi)
@@ -216,8 +211,8 @@ std::string render_text(const RangeReport& r, int bar_width) {
     off_scale.push_back("max " + shortest_decimal(static_cast<float>(m.max)));
   std::size_t count_w = 5;
   for (const HistogramBin& b : bins) count_w = std::max(count_w, std::to_string(b.count).size());
-  o << "  " << pad_left("k", 5) << "  " << pad_right("region", 19) << "  "
-    << pad_left("count", count_w) << "\n";
+  o << "  " << pad_left("k", 5) << "  " << pad_right("region", 19) << "  " << pad_left("count", count_w)
+    << "\n";
   for (const HistogramBin& b : bins) {
     if (b.log2_lo == m.subnormal_bin)
       rule("min subnormal " + power_of_two_or_decimal(m.min_subnormal) + " = " +
@@ -228,13 +223,11 @@ std::string render_text(const RangeReport& r, int bar_width) {
     std::size_t len = 0;
     if (b.count > 0 && peak > 0)
       len = std::max<std::size_t>(
-          1, static_cast<std::size_t>(std::llround(static_cast<double>(bar_width) *
-                                                   static_cast<double>(b.count) /
-                                                   static_cast<double>(peak))));
+          1, static_cast<std::size_t>(std::llround(
+                 static_cast<double>(bar_width) * static_cast<double>(b.count) / static_cast<double>(peak))));
     o << "  " << pad_left(std::to_string(b.log2_lo), 5) << "  "
       << pad_right(std::string(bin_region_name(b.region)), 19) << "  "
-      << pad_left(std::to_string(b.count), count_w) << (len ? "  " + std::string(len, '#') : "")
-      << "\n";
+      << pad_left(std::to_string(b.count), count_w) << (len ? "  " + std::string(len, '#') : "") << "\n";
     if (b.log2_lo == m.max_bin)
       rule("max " + shortest_decimal(static_cast<float>(m.max)) + " (in bin " + std::to_string(m.max_bin) +
            "; larger values overflow)");
@@ -262,7 +255,8 @@ std::string render_svg(const RangeReport& r) {
             percent(r.fraction(RangeClass::overflow)) + ", flushed to zero " +
             percent(r.fraction(RangeClass::flushed_to_zero)) + ", subnormal " +
             percent(r.fraction(RangeClass::subnormal_result));
-  c.description = "log2|x| histogram against the " + name + " range. " + std::to_string(r.total()) + " values:";
+  c.description =
+      "log2|x| histogram against the " + name + " range. " + std::to_string(r.total()) + " values:";
   for (RangeClass cls : kTableOrder)
     c.description += std::string(" ") + class_label(cls) + " " + std::to_string(r.count(cls)) + ";";
   // One bar per power of two: bin k spans [2^k, 2^(k+1)) on a log2 axis,
@@ -290,9 +284,10 @@ std::string render_svg(const RangeReport& r) {
     s.css_class = "bin";
     for (const HistogramBin& b : r.histogram()) {
       if (b.region != reg) continue;
-      s.bars.push_back({std::ldexp(1.0, b.log2_lo), std::ldexp(1.0, b.log2_lo + 1), static_cast<double>(b.count),
-                        "2^" + std::to_string(b.log2_lo) + " <= |x| < 2^" + std::to_string(b.log2_lo + 1) + ": " +
-                            std::to_string(b.count) + " (" + std::string(bin_region_name(b.region)) + ")"});
+      s.bars.push_back(
+          {std::ldexp(1.0, b.log2_lo), std::ldexp(1.0, b.log2_lo + 1), static_cast<double>(b.count),
+           "2^" + std::to_string(b.log2_lo) + " <= |x| < 2^" + std::to_string(b.log2_lo + 1) + ": " +
+               std::to_string(b.count) + " (" + std::string(bin_region_name(b.region)) + ")"});
     }
     c.series.push_back(std::move(s));
   }
@@ -300,7 +295,11 @@ std::string render_svg(const RangeReport& r) {
   // The three landmarks, as vertical lines at their exact positions (max
   // sits inside its bin). A landmark beyond the span is pinned to the edge,
   // dashed, and labelled "off scale".
-  struct Marker { const char* cls; std::string label; double value; };
+  struct Marker {
+    const char* cls;
+    std::string label;
+    double value;
+  };
   const Marker markers[] = {
       {"min-subnormal", "min subnormal " + power_of_two_or_decimal(m.min_subnormal), m.min_subnormal},
       {"min-normal", "min normal " + power_of_two_or_decimal(m.min_normal), m.min_normal},
@@ -308,8 +307,8 @@ std::string render_svg(const RangeReport& r) {
   };
   for (const Marker& mk : markers) {
     const bool off = mk.value < c.x.min || mk.value > c.x.max;
-    c.rules.push_back({std::clamp(mk.value, c.x.min, c.x.max), mk.label + (off ? " (off scale)" : ""), "#cc0000",
-                       off, std::string("marker ") + mk.cls});
+    c.rules.push_back({std::clamp(mk.value, c.x.min, c.x.max), mk.label + (off ? " (off scale)" : ""),
+                       "#cc0000", off, std::string("marker ") + mk.cls});
   }
   return plot::to_svg(c);
 }

@@ -40,8 +40,8 @@ BinRegion bin_region(int k, const FormatSpec& f);
 
 /// One displayed histogram bin.
 struct HistogramBin {
-  int log2_lo = 0;          ///< the bin holds 2^log2_lo <= |x| < 2^(log2_lo + 1)
-  std::uint64_t count = 0;  ///< finite nonzero inputs in the bin
+  int log2_lo = 0;                       ///< the bin holds 2^log2_lo <= |x| < 2^(log2_lo + 1)
+  std::uint64_t count = 0;               ///< finite nonzero inputs in the bin
   BinRegion region = BinRegion::normal;  ///< relative to the report's format
 };
 

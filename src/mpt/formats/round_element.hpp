@@ -69,8 +69,7 @@ MPT_HD inline float float_of(std::uint32_t u) {
 
 /// 2^q as a float for -149 <= q <= 127 (subnormal powers included).
 MPT_HD inline float pow2f(int q) {
-  return q >= -126 ? float_of(static_cast<std::uint32_t>(q + 127) << 23)
-                   : float_of(1u << (q + 149));
+  return q >= -126 ? float_of(static_cast<std::uint32_t>(q + 127) << 23) : float_of(1u << (q + 149));
 }
 
 /// A 32-bit mix of (seed, index): the random bits of stochastic rounding.
@@ -102,9 +101,8 @@ MPT_HD inline float format_max(const FormatSpec& f) {
 /// `f` (or ±inf/NaN). `random_bits` is only read in stochastic mode.
 ///
 /// NaN in gives a quiet NaN out with the input's sign and no payload.
-MPT_HD inline float round_to_format(float x, const FormatSpec& f, RoundingMode mode,
-                                    OverflowMode overflow, SubnormalMode subnormals,
-                                    std::uint32_t random_bits = 0) {
+MPT_HD inline float round_to_format(float x, const FormatSpec& f, RoundingMode mode, OverflowMode overflow,
+                                    SubnormalMode subnormals, std::uint32_t random_bits = 0) {
   const std::uint32_t u = detail::bits_of(x);
   const std::uint32_t sign = u & 0x80000000u;
   const std::uint32_t a = u & 0x7fffffffu;
@@ -154,8 +152,7 @@ MPT_HD inline float round_to_format(float x, const FormatSpec& f, RoundingMode m
   const float maxv = format_max(f);
   if (y > maxv) {
     const bool is_inf_input = a == 0x7f800000u;
-    if (overflow == OverflowMode::saturate ||
-        (mode == RoundingMode::toward_zero && !is_inf_input)) {
+    if (overflow == OverflowMode::saturate || (mode == RoundingMode::toward_zero && !is_inf_input)) {
       y = maxv;
     } else {
       y = f.has_inf() ? detail::float_of(0x7f800000u) : detail::float_of(0x7fc00000u);
@@ -206,8 +203,7 @@ MPT_HD inline float decode(std::uint32_t code, const FormatSpec& f) {
   } else if (expf == 0) {
     v = static_cast<float>(frac) * detail::pow2f(f.emin() - m);
   } else {
-    v = static_cast<float>(frac | (1u << m)) *
-        detail::pow2f(static_cast<int>(expf) - f.bias - m);
+    v = static_cast<float>(frac | (1u << m)) * detail::pow2f(static_cast<int>(expf) - f.bias - m);
   }
   return negative ? -v : v;
 }

@@ -6,6 +6,10 @@
 
 #include <stdexcept>
 
+#if defined(MPT_HAVE_AVX2_PATH)
+#include <cpuid.h>
+#endif
+
 #include "mpt/formats/cpu_dispatch.hpp"
 #include "mpt/formats/rounding_impl.hpp"
 
@@ -24,8 +28,13 @@ bool use_avx2(Implementation impl) {
 
 bool avx2_available() {
 #if defined(MPT_HAVE_AVX2_PATH)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                         __builtin_cpu_supports("fma");
+  // F16C is read from cpuid leaf 1 (ECX bit 29) directly: not every
+  // compiler's __builtin_cpu_supports knows its name.
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return ok;
 #else
   return false;
@@ -36,8 +45,8 @@ float round_value(float x, const Format& f, const RoundingOptions& o, std::uint6
   return detail::round_one(x, params_for(f, o), index);
 }
 
-void round_array(const float* in, float* out, std::size_t n, const Format& f,
-                 const RoundingOptions& o, std::uint64_t first_index, Implementation impl) {
+void round_array(const float* in, float* out, std::size_t n, const Format& f, const RoundingOptions& o,
+                 std::uint64_t first_index, Implementation impl) {
   const detail::RoundParams p = params_for(f, o);
 #if defined(MPT_HAVE_AVX2_PATH)
   if (use_avx2(impl)) {
@@ -61,8 +70,7 @@ RoundingMode rounding_mode_named(std::string_view name) {
   if (name == "rne") return RoundingMode::nearest_even;
   if (name == "rtz") return RoundingMode::toward_zero;
   if (name == "sr") return RoundingMode::stochastic;
-  throw std::invalid_argument("unknown rounding mode '" + std::string(name) +
-                              "'; valid modes: rne, rtz, sr");
+  throw std::invalid_argument("unknown rounding mode '" + std::string(name) + "'; valid modes: rne, rtz, sr");
 }
 
 std::string_view rounding_mode_name(RoundingMode m) {

@@ -20,7 +20,7 @@ namespace mpt {
 /// overflow convention and gradual underflow.
 struct RoundingOptions {
   RoundingMode mode = RoundingMode::nearest_even;  ///< direction for values between two neighbours
-  std::optional<OverflowMode> overflow;  ///< unset: Format::default_overflow
+  std::optional<OverflowMode> overflow;            ///< unset: Format::default_overflow
   SubnormalMode subnormals = SubnormalMode::keep;  ///< keep subnormal results or flush them to ±0
   std::uint64_t seed = 0;  ///< stochastic rounding only; element i uses bits (seed, i)
 };
@@ -33,14 +33,12 @@ bool avx2_available();
 
 /// Round one value. `index` is the element's position (stochastic mode
 /// draws its random bits from (seed, index)).
-float round_value(float x, const Format& f, const RoundingOptions& o = {},
-                  std::uint64_t index = 0);
+float round_value(float x, const Format& f, const RoundingOptions& o = {}, std::uint64_t index = 0);
 
 /// Round n floats; out may alias in. Element i uses index first_index + i,
 /// so chunked and whole-array calls agree bit for bit.
-void round_array(const float* in, float* out, std::size_t n, const Format& f,
-                 const RoundingOptions& o = {}, std::uint64_t first_index = 0,
-                 Implementation impl = Implementation::automatic);
+void round_array(const float* in, float* out, std::size_t n, const Format& f, const RoundingOptions& o = {},
+                 std::uint64_t first_index = 0, Implementation impl = Implementation::automatic);
 
 /// Round and encode n floats to the format's bit patterns, right-aligned in
 /// uint32 (the storage types in storage.hpp narrow these to 1 or 2 bytes).

@@ -23,11 +23,11 @@ inline __m256i lt_u32(__m256i a, __m256i b) {
 /// sr_random_bits(seed, first + lane) for 8 lanes, when the 8 indices share
 /// their upper 32 bits (the caller checks).
 inline __m256i random_bits8(std::uint64_t seed, std::uint64_t first) {
-  const std::uint32_t h0 = static_cast<std::uint32_t>(seed) ^
-                           static_cast<std::uint32_t>(seed >> 32) * 0x85ebca6bu;
+  const std::uint32_t h0 =
+      static_cast<std::uint32_t>(seed) ^ static_cast<std::uint32_t>(seed >> 32) * 0x85ebca6bu;
   const std::uint32_t hi = static_cast<std::uint32_t>(first >> 32) * 0x7f4a7c15u;
-  const __m256i idx = _mm256_add_epi32(set1(static_cast<std::uint32_t>(first)),
-                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i idx =
+      _mm256_add_epi32(set1(static_cast<std::uint32_t>(first)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   __m256i h = _mm256_xor_si256(set1(h0 ^ hi), _mm256_mullo_epi32(idx, set1(0x9e3779b9u)));
   h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
   h = _mm256_mullo_epi32(h, set1(0x85ebca6bu));
@@ -77,8 +77,7 @@ struct Consts {
       case RoundingMode::toward_zero: kernel = Kernel::toward_zero; break;
       case RoundingMode::nearest_even:
         // |x| + 2^(k + 23 - m) must stay finite in fp32 for the magic trick
-        kernel = f.emax() + 1 + 127 + 23 - f.mantissa_bits <= 254 ? Kernel::nearest_magic
-                                                                  : Kernel::nearest;
+        kernel = f.emax() + 1 + 127 + 23 - f.mantissa_bits <= 254 ? Kernel::nearest_magic : Kernel::nearest;
         break;
     }
   }
@@ -109,7 +108,8 @@ inline __m256 round8(__m256 x, const Consts& c, __m256i rnd) {
     // ulp(C) = 2^(k - m), the target's quantum, and subtracting C is exact.
     // Same bits as the integer kernel at a third of the work (needs the
     // default MXCSR rounding mode, as everything here).
-    const __m256i k = _mm256_min_epi32(_mm256_max_epi32(_mm256_and_si256(a, c.exp_inf), c.magic_lo), c.magic_hi);
+    const __m256i k =
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_and_si256(a, c.exp_inf), c.magic_lo), c.magic_hi);
     const __m256 big = _mm256_castsi256_ps(_mm256_add_epi32(k, c.magic_shift));
     const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(a), big), big);
     return finish8(y, a, sign, c);
@@ -126,8 +126,8 @@ inline __m256 round8(__m256 x, const Consts& c, __m256i rnd) {
     if constexpr (K == Kernel::stochastic) {
       // srlv/sllv give 0 for counts outside [0, 31]: with shift >= 32 the
       // first term vanishes, with shift < 32 the second does (see the scalar code).
-      const __m256i added = _mm256_add_epi32(
-          sig, _mm256_srlv_epi32(rnd, _mm256_sub_epi32(_mm256_set1_epi32(32), shift)));
+      const __m256i added =
+          _mm256_add_epi32(sig, _mm256_srlv_epi32(rnd, _mm256_sub_epi32(_mm256_set1_epi32(32), shift)));
       const __m256i r_big = _mm256_srlv_epi32(added, shift);
       const __m256i tiny_up =
           lt_u32(rnd, _mm256_srlv_epi32(sig, _mm256_sub_epi32(shift, _mm256_set1_epi32(32))));
@@ -140,10 +140,10 @@ inline __m256 round8(__m256 x, const Consts& c, __m256i rnd) {
         const __m256i dropped = _mm256_and_si256(sig, _mm256_sub_epi32(unit, c.one));
         const __m256i half = _mm256_srli_epi32(unit, 1);  // 0 when nothing is dropped
         const __m256i above = _mm256_cmpgt_epi32(dropped, half);
-        const __m256i tie_odd = _mm256_and_si256(
-            _mm256_and_si256(_mm256_cmpeq_epi32(dropped, half),
-                             _mm256_cmpeq_epi32(_mm256_and_si256(kept, c.one), c.one)),
-            _mm256_cmpgt_epi32(half, _mm256_setzero_si256()));
+        const __m256i tie_odd =
+            _mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi32(dropped, half),
+                                              _mm256_cmpeq_epi32(_mm256_and_si256(kept, c.one), c.one)),
+                             _mm256_cmpgt_epi32(half, _mm256_setzero_si256()));
         r = _mm256_sub_epi32(kept, _mm256_or_si256(above, tie_odd));
       } else {
         r = kept;
@@ -160,9 +160,7 @@ inline __m256 round8(__m256 x, const Consts& c, __m256i rnd) {
 }
 
 /// True when indices first .. first+7 share their upper 32 bits.
-inline bool same_high_word(std::uint64_t first) {
-  return (first >> 32) == ((first + 7) >> 32);
-}
+inline bool same_high_word(std::uint64_t first) { return (first >> 32) == ((first + 7) >> 32); }
 
 /// Canonical quiet NaN (sign kept) wherever the input was NaN.
 inline __m256i fix_nan32(__m256i result, __m256i u) {
@@ -179,8 +177,7 @@ inline __m128i fp16_codes8(__m256 x) {
   const __m256i u = _mm256_castps_si256(x);
   const __m256i a = _mm256_and_si256(u, set1(0x7fffffffu));
   const __m256i is_nan = _mm256_cmpgt_epi32(a, set1(0x7f800000u));
-  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(is_nan),
-                                        _mm256_extracti128_si256(is_nan, 1));
+  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(is_nan), _mm256_extracti128_si256(is_nan, 1));
   const __m128i sign16 = _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
   const __m128i canon = _mm_or_si128(sign16, _mm_set1_epi16(0x7e00));
   return _mm_blendv_epi8(h, canon, nan16);
@@ -193,8 +190,7 @@ inline __m128i fp16_codes8(__m256 x) {
 inline __m256i wide_round_bits8(__m256i u, int drop) {
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, drop), set1(1u));
   const __m256i r = _mm256_and_si256(
-      _mm256_add_epi32(_mm256_add_epi32(u, set1((1u << (drop - 1)) - 1u)), lsb),
-      set1(~((1u << drop) - 1u)));
+      _mm256_add_epi32(_mm256_add_epi32(u, set1((1u << (drop - 1)) - 1u)), lsb), set1(~((1u << drop) - 1u)));
   return fix_nan32(r, u);
 }
 inline __m256i bf16_round_bits8(__m256i u) { return wide_round_bits8(u, 16); }
@@ -240,8 +236,8 @@ inline __m256i encode8(__m256 y, const EncodeConsts& k) {
 }
 
 template <Kernel K, typename Store>
-void run8(const float* in, std::size_t n, const RoundParams& p, std::uint64_t first,
-          const Consts& c, Store& store) {
+void run8(const float* in, std::size_t n, const RoundParams& p, std::uint64_t first, const Consts& c,
+          Store& store) {
   const std::uint64_t seed = p.seed;
   std::size_t i = 0;
   // Two independent vectors per iteration give the out-of-order core room.
@@ -269,8 +265,7 @@ void run8(const float* in, std::size_t n, const RoundParams& p, std::uint64_t fi
 }
 
 template <typename Store>
-void for_each8(const float* in, std::size_t n, const RoundParams& p, std::uint64_t first,
-               Store store) {
+void for_each8(const float* in, std::size_t n, const RoundParams& p, std::uint64_t first, Store store) {
   const Consts c(p);
   const RoundParams local = p;  // out may be char*: keep p's fields out of its alias set
   switch (c.kernel) {
@@ -283,8 +278,7 @@ void for_each8(const float* in, std::size_t n, const RoundParams& p, std::uint64
 
 }  // namespace
 
-void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p,
-                std::uint64_t first) {
+void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p, std::uint64_t first) {
   std::size_t i = 0;
   if (is_ieee_default(p) && p.spec.exponent_bits == 5 && p.spec.mantissa_bits == 10) {
     for (; i + 8 <= n; i += 8)
@@ -297,16 +291,15 @@ void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), wide_round_bits8(u, drop));
     }
   } else {
-    for_each8(in, n, p, first,
-              [&](std::size_t j, __m256 v, std::size_t count = 8) {
-                if (count == 8) {
-                  _mm256_storeu_ps(out + j, v);
-                } else {
-                  float tmp[8];
-                  _mm256_storeu_ps(tmp, v);
-                  std::memcpy(out + j, tmp, count * sizeof(float));
-                }
-              });
+    for_each8(in, n, p, first, [&](std::size_t j, __m256 v, std::size_t count = 8) {
+      if (count == 8) {
+        _mm256_storeu_ps(out + j, v);
+      } else {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, v);
+        std::memcpy(out + j, tmp, count * sizeof(float));
+      }
+    });
     return;
   }
   for (; i < n; ++i) out[i] = round_one(in[i], p, first + i);
@@ -341,7 +334,8 @@ void encode16_avx2(const float* in, std::uint16_t* out, std::size_t n, const Rou
     });
     return;
   }
-  for (; i < n; ++i) out[i] = static_cast<std::uint16_t>(encode_exact(round_one(in[i], p, first + i), p.spec));
+  for (; i < n; ++i)
+    out[i] = static_cast<std::uint16_t>(encode_exact(round_one(in[i], p, first + i), p.spec));
 }
 
 void encode8_avx2(const float* in, std::uint8_t* out, std::size_t n, const RoundParams& p,
@@ -349,8 +343,7 @@ void encode8_avx2(const float* in, std::uint8_t* out, std::size_t n, const Round
   const EncodeConsts k(p.spec);
   for_each8(in, n, p, first, [out, k](std::size_t j, __m256 v, std::size_t count = 8) {
     const __m256i code = encode8(v, k);
-    const __m128i w16 =
-        _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     const __m128i w8 = _mm_packus_epi16(w16, w16);
     if (count == 8) {
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + j), w8);

@@ -33,16 +33,14 @@ inline bool is_ieee_default(const RoundParams& p) {
 /// Round element `index` of an array: round_to_format with the random bits
 /// of (seed, index) in stochastic mode. The portable loops call this.
 inline float round_one(float x, const RoundParams& p, std::uint64_t index) {
-  const std::uint32_t bits =
-      p.mode == RoundingMode::stochastic ? sr_random_bits(p.seed, index) : 0u;
+  const std::uint32_t bits = p.mode == RoundingMode::stochastic ? sr_random_bits(p.seed, index) : 0u;
   return round_to_format(x, p.spec, p.mode, p.overflow, p.subnormals, bits);
 }
 
 #if defined(MPT_HAVE_AVX2_PATH)
 // Each processes n elements; element i uses index first + i.
 /// AVX2 version of the round_array loop: the same bits as round_one.
-void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p,
-                std::uint64_t first);
+void round_avx2(const float* in, float* out, std::size_t n, const RoundParams& p, std::uint64_t first);
 /// AVX2 round-and-encode to a 16-bit format (fp16, bf16): codes in uint16.
 void encode16_avx2(const float* in, std::uint16_t* out, std::size_t n, const RoundParams& p,
                    std::uint64_t first);

@@ -72,9 +72,7 @@ void to_e5m2(const float* in, Fp8E5M2* out, std::size_t n, const RoundingOptions
 }
 
 // Decoding is exact: every code of these formats is an fp32 value.
-void from_fp16(const Eigen::half* in, float* out, std::size_t n) {
-  decode16_from(in, out, n, formats::fp16);
-}
+void from_fp16(const Eigen::half* in, float* out, std::size_t n) { decode16_from(in, out, n, formats::fp16); }
 void from_bf16(const Eigen::bfloat16* in, float* out, std::size_t n) {
   decode16_from(in, out, n, formats::bf16);
 }

@@ -5,15 +5,14 @@
 #include <stdexcept>
 #include <string>
 
-
 namespace mpt {
 
 namespace {
 
 void require_same_shape(const Tensor& dy, const Tensor& saved, const char* who) {
   if (dy.shape() != saved.shape())
-    throw std::invalid_argument(std::string(who) + ": dy is " + shape_string(dy.shape()) +
-                                ", expected " + shape_string(saved.shape()));
+    throw std::invalid_argument(std::string(who) + ": dy is " + shape_string(dy.shape()) + ", expected " +
+                                shape_string(saved.shape()));
 }
 
 void require_f32_compute(const OpPrecision& q, const char* op) {
@@ -63,8 +62,7 @@ Tensor GELU::forward_impl(const Tensor& x, Context& ctx) {
 
 Tensor GELU::backward_impl(const Tensor& dy, Context& ctx) {
   require_same_shape(dy, x_, "gelu");
-  const MatrixF dx =
-      layer_math::gelu_backward<float>(x_.to_matrix(), dy.to_matrix(), approximation_);
+  const MatrixF dx = layer_math::gelu_backward<float>(x_.to_matrix(), dy.to_matrix(), approximation_);
   Tensor out = Tensor::from_matrix(dx, op_.input);
   trace(ctx, Phase::backward, path(), "gelu", op_, {traced("dy", dy), traced("x", x_)}, out, "dx");
   return out;

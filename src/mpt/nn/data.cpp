@@ -94,7 +94,8 @@ Dataset make_tiny_target_regression(const TinyTargetOptions& o) {
   // tanh is in its curved range and the targets are O(target_scale).
   Eigen::MatrixXd a(o.teacher_hidden, o.features), b(o.outputs, o.teacher_hidden);
   for (Eigen::Index i = 0; i < a.size(); ++i) a.data()[i] = rng.normal() / std::sqrt(double(o.features));
-  for (Eigen::Index i = 0; i < b.size(); ++i) b.data()[i] = rng.normal() / std::sqrt(double(o.teacher_hidden));
+  for (Eigen::Index i = 0; i < b.size(); ++i)
+    b.data()[i] = rng.normal() / std::sqrt(double(o.teacher_hidden));
   Eigen::MatrixXd x(o.samples, o.features);
   for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = rng.normal();
   const Eigen::MatrixXd h = (x * a.transpose()).array().tanh().matrix();
@@ -126,7 +127,9 @@ std::string digits_fetch_instructions(const std::string& dir) {
   const std::string script = "tools/fetch_digits.sh";
 #endif
   return "Get it (extracted from Debian's python3-sklearn package; no Python is installed) with:\n"
-         "  " + script + " " + dir + "\n"
+         "  " +
+         script + " " + dir +
+         "\n"
          "or, from a configured build directory: cmake --build <build-dir> --target fetch-data\n"
          "Set MPT_DATA_DIR to read the data from another directory.";
 }

@@ -23,11 +23,11 @@ namespace mpt {
 
 /// A supervised data set: inputs plus either class labels or regression targets.
 struct Dataset {
-  std::string name;          ///< e.g. "digits", "blobs"
-  MatrixF x;                 ///< [N, features] inputs
-  std::vector<int> labels;   ///< N class ids in [0, num_classes) — classification only
-  MatrixF targets;           ///< [N, outputs] — regression only
-  int num_classes = 0;       ///< > 0 for classification, 0 for regression
+  std::string name;         ///< e.g. "digits", "blobs"
+  MatrixF x;                ///< [N, features] inputs
+  std::vector<int> labels;  ///< N class ids in [0, num_classes) — classification only
+  MatrixF targets;          ///< [N, outputs] — regression only
+  int num_classes = 0;      ///< > 0 for classification, 0 for regression
 
   /// Number of samples N.
   Eigen::Index size() const { return x.rows(); }

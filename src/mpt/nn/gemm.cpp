@@ -64,9 +64,9 @@ Tensor gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const
   const Eigen::Index m = op_a == Op::N ? A.rows() : A.cols();
   const Eigen::Index n = op_b == Op::N ? B.cols() : B.rows();
   if (bias && bias->numel() != n)
-    throw std::invalid_argument("gemm_bias: bias is " + shape_string(bias->shape()) +
-                                " but the product is " + shape_string(m, n) + "; the bias must have " +
-                                std::to_string(n) + " elements");
+    throw std::invalid_argument("gemm_bias: bias is " + shape_string(bias->shape()) + " but the product is " +
+                                shape_string(m, n) + "; the bias must have " + std::to_string(n) +
+                                " elements");
   // The fp32 accumulator: the output itself when it is f32, else scratch
   // that is rounded once at the end.
   Tensor c = Tensor::uninitialized(DType::f32, {m, n});
@@ -102,8 +102,8 @@ Tensor gemm_fp16_accumulate(const Tensor& a, Op op_a, const Tensor& b, Op op_b) 
         // a·b + acc is exact in double whenever the result can be a finite
         // fp16 (at most ~41 significant bits); round-to-odd makes the
         // double → float → fp16 chain a single rounding.
-        const double s = static_cast<double>(af(i, k)) * static_cast<double>(bf(k, j)) +
-                         static_cast<double>(acc);
+        const double s =
+            static_cast<double>(af(i, k)) * static_cast<double>(bf(k, j)) + static_cast<double>(acc);
         acc = round_value(round_to_odd_float(s), f16);
       }
       c(i, j) = acc;

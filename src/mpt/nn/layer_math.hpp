@@ -101,13 +101,12 @@ Mat<T> gelu_backward(const Mat<T>& x, const Mat<T>& dy, GeluApproximation a) {
 /// [0, classes) per row (PyTorch: "Target 10 is out of bounds.").
 inline void check_labels(Eigen::Index rows, Eigen::Index classes, const std::vector<int>& labels) {
   if (static_cast<Eigen::Index>(labels.size()) != rows)
-    throw std::invalid_argument("cross_entropy: " + std::to_string(labels.size()) +
-                                " labels for " + std::to_string(rows) + " rows of logits");
+    throw std::invalid_argument("cross_entropy: " + std::to_string(labels.size()) + " labels for " +
+                                std::to_string(rows) + " rows of logits");
   for (int y : labels)
     if (y < 0 || y >= classes)
       throw std::invalid_argument("cross_entropy: target " + std::to_string(y) +
-                                  " is out of bounds (classes 0.." +
-                                  std::to_string(classes - 1) + ")");
+                                  " is out of bounds (classes 0.." + std::to_string(classes - 1) + ")");
 }
 
 /// Mean softmax cross-entropy (PyTorch's F.cross_entropy, reduction='mean').
@@ -151,8 +150,8 @@ Mat<T> cross_entropy_backward(const Mat<T>& logits, const std::vector<int>& labe
 /// Throws std::invalid_argument unless prediction and target have one shape.
 inline void check_same_shape(Eigen::Index r1, Eigen::Index c1, Eigen::Index r2, Eigen::Index c2) {
   if (r1 != r2 || c1 != c2)
-    throw std::invalid_argument("mse: prediction is " + shape_string(r1, c1) +
-                                " but target is " + shape_string(r2, c2));
+    throw std::invalid_argument("mse: prediction is " + shape_string(r1, c1) + " but target is " +
+                                shape_string(r2, c2));
 }
 
 /// Mean squared error over all elements (PyTorch's MSELoss, reduction='mean').

@@ -34,8 +34,7 @@ void accumulate_grad(Parameter& p, MatrixF& g, DType d) {
   if (g.size() != p.grad.numel())
     throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
                                 std::to_string(p.grad.numel()) + " weights");
-  if (d != DType::f32)
-    round_array(g.data(), g.data(), static_cast<std::size_t>(g.size()), format_of(d));
+  if (d != DType::f32) round_array(g.data(), g.data(), static_cast<std::size_t>(g.size()), format_of(d));
   MatrixMapF grad(p.grad.f32_data(), g.rows(), g.cols());
   grad += g;
 }
@@ -82,8 +81,8 @@ void Linear::apply_policy(const Policy& policy) {
 
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   if (x.dim() != 2 || x.size(1) != weight.master.size(1))
-    throw std::invalid_argument(weight.name + ": x is " + shape_string(x.shape()) + " but the layer takes [B, " +
-                                std::to_string(weight.master.size(1)) + "]");
+    throw std::invalid_argument(weight.name + ": x is " + shape_string(x.shape()) +
+                                " but the layer takes [B, " + std::to_string(weight.master.size(1)) + "]");
   op_ = ctx.decide("linear", path(), {x.dtype(), weight.weights().dtype()});
   require_f32_compute(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
@@ -92,8 +91,12 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   // y [B, out] = x [B, in] · Wᵀ [in, out] + b: one GEMM, bias in the epilogue.
   Tensor y = gemm(x_, Op::N, w, Op::T, op_.output, &b);
   if (ctx.tracing())
-    ctx.record({Phase::forward, path(), "linear",
-                {traced("x", x_), traced("weight", w), traced("bias", b)}, op_.compute, {traced("y", y)}});
+    ctx.record({Phase::forward,
+                path(),
+                "linear",
+                {traced("x", x_), traced("weight", w), traced("bias", b)},
+                op_.compute,
+                {traced("y", y)}});
   return y;
 }
 
@@ -118,7 +121,7 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   if (input_grad()) dx = gemm(dy, Op::N, w, Op::N, op_.input);
   if (ctx.tracing()) {
     TraceEntry e{Phase::backward, path(), "linear", {traced("dy", dy), traced("x", x_), traced("weight", w)},
-                 op_.compute, {}};
+                 op_.compute,     {}};
     if (input_grad()) e.outputs.push_back(traced("dx", dx));
     e.outputs.push_back({"weight.grad", wd, weight.master.shape(),
                          static_cast<std::size_t>(weight.master.numel()) * bytes_per_element(wd)});

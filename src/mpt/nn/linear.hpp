@@ -52,7 +52,7 @@ class Linear final : public Module {
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
 
  private:
-  Tensor x_;         // the input as the forward GEMM read it
+  Tensor x_;          // the input as the forward GEMM read it
   OpPrecision op_{};  // the forward's decision
 };
 

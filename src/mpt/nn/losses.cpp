@@ -56,8 +56,8 @@ float cross_entropy_loss(const Tensor& logits, const std::vector<int>& labels, C
   return loss;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels, float dloss,
-                              Context& ctx, std::string_view path) {
+Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels, float dloss, Context& ctx,
+                              std::string_view path) {
   OpPrecision q;
   const Tensor z = loss_input(logits, "cross_entropy", path, Phase::backward, ctx, q);
   const Tensor dz = cross_entropy_backward(z, labels, dloss);

@@ -36,8 +36,8 @@ float cross_entropy_loss(const Tensor& logits, const std::vector<int>& labels, C
                          std::string_view path = "loss");
 /// Its backward: computed for the logits as the op read them, then returned
 /// in the logits' own dtype (the cast's backward); traced.
-Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels, float dloss,
-                              Context& ctx, std::string_view path = "loss");
+Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int>& labels, float dloss, Context& ctx,
+                              std::string_view path = "loss");
 /// mse_loss as the op "mse_loss" at `path` (see cross_entropy_loss).
 float mse_loss(const Tensor& pred, const MatrixF& target, Context& ctx, std::string_view path = "loss");
 /// Its backward (see cross_entropy_backward).

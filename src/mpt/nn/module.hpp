@@ -98,8 +98,8 @@ class Sequential : public Module {
   Module& add(std::string name, std::unique_ptr<Module> child);
   /// Append a child constructed in place; returns it.
   template <class M, class... Args>
-  M& emplace(std::string name, Args&&... args) {
-    return static_cast<M&>(add(std::move(name), std::make_unique<M>(std::forward<Args>(args)...)));
+  M& emplace(const std::string& name, Args&&... args) {
+    return static_cast<M&>(add(name, std::make_unique<M>(std::forward<Args>(args)...)));
   }
   /// Number of children.
   std::size_t size() const { return children_.size(); }

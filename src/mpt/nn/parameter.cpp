@@ -44,7 +44,8 @@ struct CodeCompare {
         fraction((1u << spec.mantissa_bits) - 1u),
         ieee(spec.special == SpecialEncoding::ieee) {}
   unsigned is_nan(unsigned c) const {
-    return ieee ? static_cast<unsigned>((c & exponent) == exponent) & static_cast<unsigned>((c & fraction) != 0)
+    return ieee ? static_cast<unsigned>((c & exponent) == exponent) &
+                      static_cast<unsigned>((c & fraction) != 0)
                 : static_cast<unsigned>((c & magnitude) == magnitude);
   }
   /// 1 when the value changed: different codes that are not both zeros, or

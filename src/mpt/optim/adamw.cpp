@@ -22,10 +22,11 @@ AdamW::AdamW(std::vector<Parameter*> params, Options options)
   detail::require_option(options_.lr >= 0.0, "Invalid learning rate: " + detail::option_text(options_.lr));
   detail::require_option(options_.eps >= 0.0, "Invalid epsilon value: " + detail::option_text(options_.eps));
   detail::require_option(options_.beta1 >= 0.0 && options_.beta1 < 1.0,
-          "Invalid beta parameter at index 0: " + detail::option_text(options_.beta1));
+                         "Invalid beta parameter at index 0: " + detail::option_text(options_.beta1));
   detail::require_option(options_.beta2 >= 0.0 && options_.beta2 < 1.0,
-          "Invalid beta parameter at index 1: " + detail::option_text(options_.beta2));
-  detail::require_option(options_.weight_decay >= 0.0, "Invalid weight_decay value: " + detail::option_text(options_.weight_decay));
+                         "Invalid beta parameter at index 1: " + detail::option_text(options_.beta2));
+  detail::require_option(options_.weight_decay >= 0.0,
+                         "Invalid weight_decay value: " + detail::option_text(options_.weight_decay));
   for (Parameter* p : params_) {
     m_.emplace_back(options_.state_dtype, p->master.shape());
     v_.emplace_back(options_.state_dtype, p->master.shape());

@@ -12,13 +12,14 @@ namespace mpt {
 
 // --- SGD -------------------------------------------------------------------------
 
-SGD::SGD(std::vector<Parameter*> params, Options options)
-    : Optimizer(std::move(params)), options_(options) {
+SGD::SGD(std::vector<Parameter*> params, Options options) : Optimizer(std::move(params)), options_(options) {
   detail::require_option(options_.lr >= 0.0, "Invalid learning rate: " + detail::option_text(options_.lr));
-  detail::require_option(options_.momentum >= 0.0, "Invalid momentum value: " + detail::option_text(options_.momentum));
-  detail::require_option(options_.weight_decay >= 0.0, "Invalid weight_decay value: " + detail::option_text(options_.weight_decay));
+  detail::require_option(options_.momentum >= 0.0,
+                         "Invalid momentum value: " + detail::option_text(options_.momentum));
+  detail::require_option(options_.weight_decay >= 0.0,
+                         "Invalid weight_decay value: " + detail::option_text(options_.weight_decay));
   detail::require_option(!options_.nesterov || (options_.momentum > 0.0 && options_.dampening == 0.0),
-          "Nesterov momentum requires a momentum and zero dampening");
+                         "Nesterov momentum requires a momentum and zero dampening");
 }
 
 void SGD::set_lr(double lr) {
@@ -42,12 +43,12 @@ void SGD::step() {
     if (wd != 0.0f) g += wd * p.master.f32();  // grad.add(param, alpha=weight_decay)
     if (use_momentum) {
       MatrixF& buf = momentum_[i];
-      if (first) buf = g;                 // torch.clone(grad): no dampening on step 1
-      else buf = mu * buf + keep * g;     // buf.mul_(momentum).add_(grad, alpha=1-dampening)
+      if (first) buf = g;              // torch.clone(grad): no dampening on step 1
+      else buf = mu * buf + keep * g;  // buf.mul_(momentum).add_(grad, alpha=1-dampening)
       if (options_.nesterov) g += mu * buf;
       else g = buf;
     }
-    p.master.f32() += neg_lr * g;         // param.add_(grad, alpha=-lr)
+    p.master.f32() += neg_lr * g;  // param.add_(grad, alpha=-lr)
   }
 }
 

@@ -16,11 +16,11 @@ namespace mpt {
 
 /// torch.optim.SGD's hyperparameters and defaults (PyTorch ≥ 2.2: lr 1e-3).
 struct SgdOptions {
-  double lr = 1e-3;            ///< learning rate
-  double momentum = 0.0;       ///< μ; 0 disables the momentum buffer
-  double dampening = 0.0;      ///< τ: the buffer adds (1 − τ)·g after the first step
-  double weight_decay = 0.0;   ///< L2 penalty λ, added to the gradient (coupled)
-  bool nesterov = false;       ///< Nesterov momentum: needs μ > 0 and τ = 0
+  double lr = 1e-3;           ///< learning rate
+  double momentum = 0.0;      ///< μ; 0 disables the momentum buffer
+  double dampening = 0.0;     ///< τ: the buffer adds (1 − τ)·g after the first step
+  double weight_decay = 0.0;  ///< L2 penalty λ, added to the gradient (coupled)
+  bool nesterov = false;      ///< Nesterov momentum: needs μ > 0 and τ = 0
 };
 
 /// SGD, as torch.optim.SGD computes it for each parameter p with gradient g:

@@ -19,11 +19,11 @@ namespace mpt::plot {
 
 namespace {
 
-constexpr double kFontSize = 11;         // every text but the title
-constexpr double kCharWidth = 6.2;       // estimated advance of one 11 px sans-serif character
-constexpr double kTitleLine = 17;        // title line height (13 px bold)
-constexpr double kRuleRow = 13;          // height of one rule label row
-constexpr double kLegendRow = 18;        // height of one legend row
+constexpr double kFontSize = 11;    // every text but the title
+constexpr double kCharWidth = 6.2;  // estimated advance of one 11 px sans-serif character
+constexpr double kTitleLine = 17;   // title line height (13 px bold)
+constexpr double kRuleRow = 13;     // height of one rule label row
+constexpr double kLegendRow = 18;   // height of one legend row
 constexpr double kRightMargin = 20;
 
 std::string num(double v) {  // dimensions and message values: "%g"
@@ -263,14 +263,13 @@ void draw_series(std::ostringstream& o, const Series& s, const Frame& f) {
       for (const Bar& b : s.bars) {
         const double base = f.y_scale == Scale::log2 ? f.y_min : 0.0;
         const double x0 = f.px(b.x0) + 0.5, x1 = f.px(b.x1) - 0.5;  // 1 px between neighbours
-        const double top = std::min(f.py(b.height), f.py(base)), bottom = std::max(f.py(b.height), f.py(base));
+        const double top = std::min(f.py(b.height), f.py(base)),
+                     bottom = std::max(f.py(b.height), f.py(base));
         o << "<rect" << cls << " x=\"" << fixed1(x0) << "\" y=\"" << fixed1(top) << "\" width=\""
-          << fixed1(std::max(x1 - x0, 0.5)) << "\" height=\"" << fixed1(bottom - top) << "\" fill=\"" << colour
-          << "\"";
-        if (b.tip.empty())
-          o << "/>\n";
-        else
-          o << "><title>" << xml_escape(b.tip) << "</title></rect>\n";
+          << fixed1(std::max(x1 - x0, 0.5)) << "\" height=\"" << fixed1(bottom - top) << "\" fill=\""
+          << colour << "\"";
+        if (b.tip.empty()) o << "/>\n";
+        else o << "><title>" << xml_escape(b.tip) << "</title></rect>\n";
       }
       break;
     case Kind::markers:
@@ -281,8 +280,8 @@ void draw_series(std::ostringstream& o, const Series& s, const Frame& f) {
     case Kind::line:
     case Kind::step: {
       if (s.points.size() < 2) break;  // one point is no line
-      o << "<polyline" << cls << " fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"" << fixed1(s.size)
-        << "\" points=\"" << xy(f.px(s.points[0].x), f.py(s.points[0].y));
+      o << "<polyline" << cls << " fill=\"none\" stroke=\"" << colour << "\" stroke-width=\""
+        << fixed1(s.size) << "\" points=\"" << xy(f.px(s.points[0].x), f.py(s.points[0].y));
       for (std::size_t i = 1; i < s.points.size(); ++i) {
         const Point& p = s.points[i];
         if (s.kind == Kind::step)  // hold the previous value up to here, then jump
@@ -300,17 +299,18 @@ void draw_swatch(std::ostringstream& o, const Series& s, double x, double baseli
   const double mid = baseline - 4;
   switch (s.kind) {
     case Kind::bars:
-      o << "<rect x=\"" << fixed1(x) << "\" y=\"" << fixed1(mid - 5) << "\" width=\"10\" height=\"10\" fill=\""
-        << colour << "\"/>";
+      o << "<rect x=\"" << fixed1(x) << "\" y=\"" << fixed1(mid - 5)
+        << "\" width=\"10\" height=\"10\" fill=\"" << colour << "\"/>";
       break;
     case Kind::markers:
-      o << "<circle cx=\"" << fixed1(x + 5) << "\" cy=\"" << fixed1(mid) << "\" r=\"" << fixed1(std::min(s.size, 5.0))
-        << "\" fill=\"" << colour << "\"/>";
+      o << "<circle cx=\"" << fixed1(x + 5) << "\" cy=\"" << fixed1(mid) << "\" r=\""
+        << fixed1(std::min(s.size, 5.0)) << "\" fill=\"" << colour << "\"/>";
       break;
     case Kind::line:
     case Kind::step:
-      o << "<line x1=\"" << fixed1(x) << "\" y1=\"" << fixed1(mid) << "\" x2=\"" << fixed1(x + 18) << "\" y2=\""
-        << fixed1(mid) << "\" stroke=\"" << colour << "\" stroke-width=\"" << fixed1(s.size) << "\"/>";
+      o << "<line x1=\"" << fixed1(x) << "\" y1=\"" << fixed1(mid) << "\" x2=\"" << fixed1(x + 18)
+        << "\" y2=\"" << fixed1(mid) << "\" stroke=\"" << colour << "\" stroke-width=\"" << fixed1(s.size)
+        << "\"/>";
       break;
   }
 }
@@ -376,15 +376,16 @@ std::string to_svg(const Chart& c) {
   const Frame& f = L.frame;
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(c.width) << "\" height=\"" << num(c.height)
-    << "\" viewBox=\"0 0 " << num(c.width) << " " << num(c.height) << "\" font-family=\"sans-serif\" font-size=\""
-    << num(kFontSize) << "\">\n";
+    << "\" viewBox=\"0 0 " << num(c.width) << " " << num(c.height)
+    << "\" font-family=\"sans-serif\" font-size=\"" << num(kFontSize) << "\">\n";
   if (!c.title.empty()) {
     std::string one_line = c.title;
     std::replace(one_line.begin(), one_line.end(), '\n', ' ');
     o << "<title>" << xml_escape(one_line) << "</title>\n";
   }
   if (!c.description.empty()) o << "<desc>" << xml_escape(c.description) << "</desc>\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << num(c.width) << "\" height=\"" << num(c.height) << "\" fill=\"white\"/>\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << num(c.width) << "\" height=\"" << num(c.height)
+    << "\" fill=\"white\"/>\n";
   for (std::size_t i = 0; i < L.title_lines.size(); ++i)
     o << "<text x=\"" << fixed1(f.left) << "\" y=\"" << fixed1(18 + kTitleLine * static_cast<double>(i))
       << "\" font-size=\"13\" font-weight=\"bold\">" << xml_escape(L.title_lines[i]) << "</text>\n";
@@ -398,8 +399,8 @@ std::string to_svg(const Chart& c) {
           << fixed1(f.px(t.value)) << "\" y2=\"" << fixed1(f.bottom) << "\"/>\n";
     if (c.y.grid)
       for (const Tick& t : L.y_ticks)
-        o << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.py(t.value)) << "\" x2=\"" << fixed1(f.right)
-          << "\" y2=\"" << fixed1(f.py(t.value)) << "\"/>\n";
+        o << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.py(t.value)) << "\" x2=\""
+          << fixed1(f.right) << "\" y2=\"" << fixed1(f.py(t.value)) << "\"/>\n";
     o << "</g>\n";
   }
 
@@ -411,32 +412,33 @@ std::string to_svg(const Chart& c) {
 
   // Axes, ticks, tick labels, axis labels.
   o << "<g class=\"axes\" stroke=\"black\">\n"
-    << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.bottom) << "\" x2=\"" << fixed1(f.right) << "\" y2=\""
-    << fixed1(f.bottom) << "\"/>\n"
-    << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.top) << "\" x2=\"" << fixed1(f.left) << "\" y2=\""
-    << fixed1(f.bottom) << "\"/>\n</g>\n";
+    << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.bottom) << "\" x2=\"" << fixed1(f.right)
+    << "\" y2=\"" << fixed1(f.bottom) << "\"/>\n"
+    << "<line x1=\"" << fixed1(f.left) << "\" y1=\"" << fixed1(f.top) << "\" x2=\"" << fixed1(f.left)
+    << "\" y2=\"" << fixed1(f.bottom) << "\"/>\n</g>\n";
   o << "<g class=\"x-ticks\" text-anchor=\"middle\">\n";
   for (const Tick& t : L.x_ticks) {
     const std::string x = fixed1(f.px(t.value));
-    o << "<line x1=\"" << x << "\" y1=\"" << fixed1(f.bottom) << "\" x2=\"" << x << "\" y2=\"" << fixed1(f.bottom + 4)
-      << "\" stroke=\"black\"/><text x=\"" << x << "\" y=\"" << fixed1(f.bottom + 16) << "\">" << xml_escape(t.label)
-      << "</text>\n";
+    o << "<line x1=\"" << x << "\" y1=\"" << fixed1(f.bottom) << "\" x2=\"" << x << "\" y2=\""
+      << fixed1(f.bottom + 4) << "\" stroke=\"black\"/><text x=\"" << x << "\" y=\"" << fixed1(f.bottom + 16)
+      << "\">" << xml_escape(t.label) << "</text>\n";
   }
   o << "</g>\n<g class=\"y-ticks\" text-anchor=\"end\">\n";
   for (const Tick& t : L.y_ticks) {
     const std::string y = fixed1(f.py(t.value));
-    o << "<line x1=\"" << fixed1(f.left - 4) << "\" y1=\"" << y << "\" x2=\"" << fixed1(f.left) << "\" y2=\"" << y
-      << "\" stroke=\"black\"/><text x=\"" << fixed1(f.left - 7) << "\" y=\"" << fixed1(f.py(t.value) + 4) << "\">"
-      << xml_escape(t.label) << "</text>\n";
+    o << "<line x1=\"" << fixed1(f.left - 4) << "\" y1=\"" << y << "\" x2=\"" << fixed1(f.left) << "\" y2=\""
+      << y << "\" stroke=\"black\"/><text x=\"" << fixed1(f.left - 7) << "\" y=\""
+      << fixed1(f.py(t.value) + 4) << "\">" << xml_escape(t.label) << "</text>\n";
   }
   o << "</g>\n";
   if (!c.x.label.empty())
-    o << "<text class=\"x-label\" x=\"" << fixed1((f.left + f.right) / 2) << "\" y=\"" << fixed1(f.bottom + 34)
-      << "\" text-anchor=\"middle\">" << xml_escape(c.x.label) << "</text>\n";
+    o << "<text class=\"x-label\" x=\"" << fixed1((f.left + f.right) / 2) << "\" y=\""
+      << fixed1(f.bottom + 34) << "\" text-anchor=\"middle\">" << xml_escape(c.x.label) << "</text>\n";
   if (!c.y.label.empty()) {
     const std::string mid = fixed1((f.top + f.bottom) / 2);
-    o << "<text class=\"y-label\" x=\"14.0\" y=\"" << mid << "\" text-anchor=\"middle\" transform=\"rotate(-90 14.0 "
-      << mid << ")\">" << xml_escape(c.y.label) << "</text>\n";
+    o << "<text class=\"y-label\" x=\"14.0\" y=\"" << mid
+      << "\" text-anchor=\"middle\" transform=\"rotate(-90 14.0 " << mid << ")\">" << xml_escape(c.y.label)
+      << "</text>\n";
   }
 
   // Rules: a line from its label row down through the plot.
@@ -452,7 +454,8 @@ std::string to_svg(const Chart& c) {
       const bool right_half = label_on_left(c, f, i);
       o << "<text" << class_attr("rule-label" + (r.css_class.empty() ? "" : " " + r.css_class)) << " x=\""
         << fixed1(x + (right_half ? -4 : 4)) << "\" y=\"" << fixed1(label_y) << "\" text-anchor=\""
-        << (right_half ? "end" : "start") << "\" fill=\"" << colour << "\">" << xml_escape(r.label) << "</text>\n";
+        << (right_half ? "end" : "start") << "\" fill=\"" << colour << "\">" << xml_escape(r.label)
+        << "</text>\n";
     }
     o << "</g>\n";
   }

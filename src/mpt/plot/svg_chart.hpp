@@ -28,18 +28,18 @@ enum class Scale {
 /// One axis of a chart. The range is [min, max] when min < max is given,
 /// otherwise the data's extent (bars on a linear y axis include 0).
 struct Axis {
-  std::string label;             ///< written under (x) or beside (y) the axis; empty: none
-  Scale scale = Scale::linear;   ///< linear or log2
-  double min = 0;                ///< lower end of the range (used when min < max)
-  double max = 0;                ///< upper end of the range (used when min < max)
-  bool grid = false;             ///< light grey lines across the plot at every tick
-  int max_ticks = 10;            ///< at most this many ticks (at least 2)
-  bool whole_ticks = false;      ///< linear ticks at whole numbers only (counts)
+  std::string label;            ///< written under (x) or beside (y) the axis; empty: none
+  Scale scale = Scale::linear;  ///< linear or log2
+  double min = 0;               ///< lower end of the range (used when min < max)
+  double max = 0;               ///< upper end of the range (used when min < max)
+  bool grid = false;            ///< light grey lines across the plot at every tick
+  int max_ticks = 10;           ///< at most this many ticks (at least 2)
+  bool whole_ticks = false;     ///< linear ticks at whole numbers only (counts)
 };
 
 /// How a series is drawn.
 enum class Kind {
-  line,     ///< a polyline through the points, in order
+  line,  ///< a polyline through the points, in order
   /// a step line: each point's y holds until the next point's x, where the
   /// line jumps (horizontal then vertical segments), like a loss scale that
   /// changes only at some steps
@@ -66,13 +66,13 @@ struct Bar {
 /// A named set of data drawn one way in one colour; the legend shows one
 /// entry per named series, even an empty one (which draws nothing).
 struct Series {
-  Kind kind = Kind::line;        ///< how to draw it
-  std::string name;              ///< the legend entry; empty: not in the legend
+  Kind kind = Kind::line;          ///< how to draw it
+  std::string name;                ///< the legend entry; empty: not in the legend
   std::string colour = "#1f77b4";  ///< an SVG colour, e.g. "#d62728"
-  std::vector<Point> points;     ///< for line, step and markers
-  std::vector<Bar> bars;         ///< for bars
-  double size = 1.5;             ///< stroke width (line, step) or dot radius (markers), px
-  std::string css_class;         ///< class attribute of each element drawn; empty: none
+  std::vector<Point> points;       ///< for line, step and markers
+  std::vector<Bar> bars;           ///< for bars
+  double size = 1.5;               ///< stroke width (line, step) or dot radius (markers), px
+  std::string css_class;           ///< class attribute of each element drawn; empty: none
 };
 
 /// A vertical line across the plot at x, labelled above the plot (one label
@@ -91,27 +91,27 @@ struct Rule {
 /// A whole chart. The plot area is what remains of width x height after the
 /// margins for the title, the rule labels, the tick labels and the legend.
 struct Chart {
-  double width = 760;               ///< SVG width, px
-  double height = 360;              ///< SVG height, px
-  std::string title;                ///< heading at the top (also the `<title>`); a newline starts a new line
-  std::string description;          ///< the `<desc>` element (not drawn); empty: none
-  Axis x;                           ///< horizontal axis
-  Axis y;                           ///< vertical axis
-  std::vector<Series> series;       ///< drawn in order (later ones on top)
-  std::vector<Rule> rules;          ///< drawn over the series
+  double width = 760;          ///< SVG width, px
+  double height = 360;         ///< SVG height, px
+  std::string title;           ///< heading at the top (also the `<title>`); a newline starts a new line
+  std::string description;     ///< the `<desc>` element (not drawn); empty: none
+  Axis x;                      ///< horizontal axis
+  Axis y;                      ///< vertical axis
+  std::vector<Series> series;  ///< drawn in order (later ones on top)
+  std::vector<Rule> rules;     ///< drawn over the series
 };
 
 /// Where a chart's plot area is, and how data map onto it: what to_svg()
 /// uses, exposed so that tests and callers can check positions.
 struct Frame {
-  double left = 0;    ///< x of the plot area's left edge, px
-  double top = 0;     ///< y of its top edge, px
-  double right = 0;   ///< x of its right edge, px
-  double bottom = 0;  ///< y of its bottom edge, px
-  double x_min = 0;   ///< x range actually drawn (data units)
-  double x_max = 0;   ///< upper end of the x range
-  double y_min = 0;   ///< y range actually drawn (data units)
-  double y_max = 0;   ///< upper end of the y range
+  double left = 0;                ///< x of the plot area's left edge, px
+  double top = 0;                 ///< y of its top edge, px
+  double right = 0;               ///< x of its right edge, px
+  double bottom = 0;              ///< y of its bottom edge, px
+  double x_min = 0;               ///< x range actually drawn (data units)
+  double x_max = 0;               ///< upper end of the x range
+  double y_min = 0;               ///< y range actually drawn (data units)
+  double y_max = 0;               ///< upper end of the y range
   Scale x_scale = Scale::linear;  ///< the x axis' scale
   Scale y_scale = Scale::linear;  ///< the y axis' scale
   /// Pixel x of data x: x_min maps to left, x_max to right.

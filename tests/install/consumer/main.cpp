@@ -2,8 +2,8 @@
 // Depends on: the installed package (mpt::mpt, mpt::chapters).
 #include <cstdio>
 
-#include <mpt/formats/format.hpp>
 #include <mpt/core/pitfall.hpp>
+#include <mpt/formats/format.hpp>
 #include <mpt/formats/rounding.hpp>
 
 int main() {

@@ -41,7 +41,7 @@ std::uint16_t fp32_to_fp16_bits(float x) {
   // something other than zero).
   if (exponent_field == 0) return static_cast<std::uint16_t>(sign16);
 
-  const int e = static_cast<int>(exponent_field) - 127;  // |x| = 1.fraction * 2^e
+  const int e = static_cast<int>(exponent_field) - 127;              // |x| = 1.fraction * 2^e
   if (e >= 16) return static_cast<std::uint16_t>(sign16 | 0x7c00u);  // 2^16 > 65520: inf
   if (e <= -26) return static_cast<std::uint16_t>(sign16);           // < 2^-25: zero
 

@@ -4,7 +4,7 @@
 // exercise as "not implemented" until then. See README.md for how to grade.
 #include "ex01.hpp"
 
-#include <cstring>    // std::memcpy, to read the bits of a float
+#include <cstring>  // std::memcpy, to read the bits of a float
 #include <stdexcept>
 
 namespace mpt::ex01 {

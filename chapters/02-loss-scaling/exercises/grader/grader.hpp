@@ -106,8 +106,7 @@ inline ClipResult reference_unscale_and_clip(std::vector<std::vector<float>>& te
                                              double max_norm) {
   mpt::TensorList list;
   for (auto& t : tensors) list.emplace_back(t.empty() ? nullptr : t.data(), t.size());
-  if (mpt::unscale_and_check(list, inv_scale))
-    return {true, std::numeric_limits<double>::infinity(), false};
+  if (mpt::unscale_and_check(list, inv_scale)) return {true, std::numeric_limits<double>::infinity(), false};
   double sum = 0.0;
   for (const auto& t : tensors)
     for (float v : t) sum += static_cast<double>(v) * static_cast<double>(v);

@@ -12,15 +12,15 @@ using namespace mpt::ex02::grading;
 
 // A test case counts for the exercise whose suite it is in: one point each.
 TEST_SUITE("exercise-2.1") {
-TEST_CASE("hidden: 2.1 growth_factor 4 near the top: grows once, then stays") {
-  ScalerConfig c;
-  c.growth_factor = 4.0;
-  c.growth_interval = 1;
-  ScaleState s{0x1p124f, 0};
-  s = student_update(s, false, c);
-  CHECK(s.scale == 0x1p126f);
-  s = student_update(s, false, c);
-  CHECK(s.scale == 0x1p126f);  // 2^128 is not a float
-  CHECK(s.tracker == 0);
-}
+  TEST_CASE("hidden: 2.1 growth_factor 4 near the top: grows once, then stays") {
+    ScalerConfig c;
+    c.growth_factor = 4.0;
+    c.growth_interval = 1;
+    ScaleState s{0x1p124f, 0};
+    s = student_update(s, false, c);
+    CHECK(s.scale == 0x1p126f);
+    s = student_update(s, false, c);
+    CHECK(s.scale == 0x1p126f);  // 2^128 is not a float
+    CHECK(s.tracker == 0);
+  }
 }  // TEST_SUITE

@@ -11,8 +11,8 @@ namespace mpt::ex02 {
 // Mistake: grows without asking whether the grown scale is finite, so at
 // the top of FP32's range the scale becomes inf (and then every gradient
 // overflows). Everything else is right.
-void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                  double growth_factor, double backoff_factor, std::int32_t growth_interval) {
+void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf, double growth_factor,
+                  double backoff_factor, std::int32_t growth_interval) {
   if (found_inf) {
     scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
     growth_tracker = 0;

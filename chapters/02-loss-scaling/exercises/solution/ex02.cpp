@@ -27,8 +27,8 @@ float times_in_double(float scale, double factor) {
 
 }  // namespace
 
-void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                  double growth_factor, double backoff_factor, std::int32_t growth_interval) {
+void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf, double growth_factor,
+                  double backoff_factor, std::int32_t growth_interval) {
   if (found_inf) {
     // Back off at once, and start counting clean iterations afresh.
     scale = times_in_double(scale, backoff_factor);

@@ -4,13 +4,13 @@
 // exercise as "not implemented" until then. See README.md for how to grade.
 #include "ex02.hpp"
 
-#include <cmath>      // std::isfinite, std::sqrt
+#include <cmath>  // std::isfinite, std::sqrt
 #include <stdexcept>
 
 namespace mpt::ex02 {
 
-void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                  double growth_factor, double backoff_factor, std::int32_t growth_interval) {
+void update_scale(float& scale, std::int32_t& growth_tracker, bool found_inf, double growth_factor,
+                  double backoff_factor, std::int32_t growth_interval) {
   (void)scale;
   (void)growth_tracker;
   (void)found_inf;
