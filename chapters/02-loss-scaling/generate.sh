@@ -20,7 +20,7 @@
 #
 # generated/bench-*.txt are the benchmark records: only --bench rewrites them.
 # The SVGs are compared byte for byte like the text: the library draws every
-# one of them (mpt::plot, docs/PLOTS.md), with the same bytes on every machine.
+# one of them (mpt::plot, docs/ARCHITECTURE.md), with the same bytes on every machine.
 set -euo pipefail
 
 chapter_id=02
