@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "mpt/formats/rounding.hpp"
 
@@ -20,13 +22,46 @@ void require_inner_match(const char* who, Eigen::Index ra, Eigen::Index ca, Op o
                                 shape_string(inner_b, op_b == Op::N ? cb : rb));
 }
 
+namespace detail {
+namespace {
+struct Buffer {
+  std::unique_ptr<float[]> data;
+  std::size_t capacity;
+};
+// The free buffers of this thread, at most a few: a step widens at most
+// three operands at once.
+std::vector<Buffer>& free_buffers() {
+  thread_local std::vector<Buffer> buffers;
+  return buffers;
+}
+}  // namespace
+
+Scratch::Scratch(std::size_t n) {
+  std::vector<Buffer>& free = free_buffers();
+  for (std::size_t i = 0; i < free.size(); ++i)
+    if (free[i].capacity >= n) {
+      data_ = std::move(free[i].data);
+      capacity_ = free[i].capacity;
+      free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  data_.reset(new float[n == 0 ? 1 : n]);
+  capacity_ = n;
+}
+
+Scratch::~Scratch() {
+  std::vector<Buffer>& free = free_buffers();
+  if (free.size() < 8) free.push_back({std::move(data_), capacity_});
+}
+}  // namespace detail
+
 F32Matrix::F32Matrix(const Tensor& t) : rows_(t.rows()), cols_(t.cols()) {
   if (t.dtype() == DType::f32 && !t.scale()) {
     data_ = t.f32_data();
   } else {
-    copy_.resize(rows_, cols_);
-    t.to_f32(copy_.data());
-    data_ = copy_.data();
+    copy_ = std::make_unique<detail::Scratch>(static_cast<std::size_t>(t.numel()));
+    t.to_f32(copy_->data());
+    data_ = copy_->data();
   }
 }
 
@@ -69,15 +104,24 @@ Tensor gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const
                                 " elements");
   // The fp32 accumulator: the output itself when it is f32, else scratch
   // that is rounded once at the end.
-  Tensor c = Tensor::uninitialized(DType::f32, {m, n});
-  MatrixMapF acc = c.f32();
+  Tensor c;
+  std::unique_ptr<detail::Scratch> scratch;
+  float* acc_data = nullptr;
+  if (out == DType::f32) {
+    c = Tensor::uninitialized(DType::f32, {m, n});
+    acc_data = c.f32_data();
+  } else {
+    scratch = std::make_unique<detail::Scratch>(static_cast<std::size_t>(m * n));
+    acc_data = scratch->data();
+  }
+  MatrixMapF acc(acc_data, m, n);
   multiply_into(acc, A.map(), op_a, B.map(), op_b);
   if (bias) {
     const F32Matrix bv(bias->reshaped({1, n}));
     acc.rowwise() += bv.map().row(0);
   }
   if (out == DType::f32) return c;
-  return c.to(out);
+  return Tensor::from_f32(acc_data, {m, n}, out);
 }
 
 Tensor gemm_fp16_accumulate(const Tensor& a, Op op_a, const Tensor& b, Op op_b) {

@@ -8,7 +8,9 @@
 // accumulates in fp16 and rounds after every multiply-add.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -76,8 +78,29 @@ Tensor gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const
 /// Throws std::invalid_argument unless both inputs are f16.
 Tensor gemm_fp16_accumulate(const Tensor& a, Op op_a, const Tensor& b, Op op_b);
 
+namespace detail {
+/// FP32 scratch for the emulation: buffers taken and given back on one
+/// thread, so that widening a step's operands does not allocate and free
+/// megabytes every step (a GPU run has its workspace for the same reason).
+/// Contents are undefined when taken.
+class Scratch {
+ public:
+  /// At least n floats.
+  explicit Scratch(std::size_t n);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;             ///< one owner at a time
+  Scratch& operator=(const Scratch&) = delete;  ///< one owner at a time
+  /// The first float.
+  float* data() const { return data_.get(); }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  std::size_t capacity_ = 0;
+};
+}  // namespace detail
+
 /// An f32 view of a tensor's matrix: in place for f32, widened (exactly)
-/// into a buffer of its own otherwise — how compute reads a stored tensor.
+/// into scratch otherwise — how compute reads a stored tensor.
 class F32Matrix {
  public:
   /// The view of t (1-D or 2-D).
@@ -90,7 +113,7 @@ class F32Matrix {
   Eigen::Index cols() const { return cols_; }
 
  private:
-  MatrixF copy_;
+  std::unique_ptr<detail::Scratch> copy_;
   const float* data_ = nullptr;
   Eigen::Index rows_ = 0, cols_ = 0;
 };
