@@ -130,7 +130,9 @@ std::string render_dot(const Trace& trace, const std::string& title) {
     << "\", labelloc=t];\n"
     << "  node [fontname=\"Helvetica\", fontsize=10, style=filled];\n"
     << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  for (Phase phase : {Phase::forward, Phase::backward}) {
+  // Backward first: dot stacks the clusters of a left-to-right graph from the
+  // bottom up, so the forward pass comes out on top, where it is read first.
+  for (Phase phase : {Phase::backward, Phase::forward}) {
     const char* name = phase_name(phase);
     o << "  subgraph cluster_" << name << " {\n    label=\"" << name << "\"; color=\"#999999\";\n";
     std::string previous;
@@ -146,12 +148,14 @@ std::string render_dot(const Trace& trace, const std::string& title) {
         o << "    " << id << " [shape=diamond, fillcolor=\"" << fill_of(out) << "\", label=\"cast\\n"
           << dtype_name(from) << " → " << dtype_name(out) << "\"];\n";
       } else {
-        std::string label = e.path + ": " + e.op + "\\ncomputes " + std::string(dtype_name(e.compute));
+        // Each line escaped on its own: "\\n" is dot's line break.
+        std::string label =
+            dot_escape(e.path + ": " + e.op) + "\\ncomputes " + std::string(dtype_name(e.compute));
         for (const TracedValue& v : e.inputs)
           if (v.name.find("weight") != std::string::npos || v.name.find("bias") != std::string::npos)
-            label += "\\n" + v.name + " " + std::string(dtype_name(v.dtype));
-        o << "    " << id << " [shape=box, fillcolor=\"" << fill_of(out) << "\", label=\""
-          << dot_escape(label) << "\"];\n";
+            label += "\\n" + dot_escape(v.name) + " " + std::string(dtype_name(v.dtype));
+        o << "    " << id << " [shape=box, fillcolor=\"" << fill_of(out) << "\", label=\"" << label
+          << "\"];\n";
       }
       if (!previous.empty()) o << "    " << previous << " -> " << id << " [label=\"" << flowing << "\"];\n";
       previous = id;
