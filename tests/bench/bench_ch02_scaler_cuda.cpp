@@ -73,21 +73,9 @@ int main(int argc, char** argv) {
   check(cudaMemset(d_tracker, 0, 4), "cudaMemset");
 
   // Mixed sizes as in the CPU benchmark: weights, biases, odd shapes.
-  const std::size_t pattern[] = {std::size_t{4096} * 1024,
-                                 4096,
-                                 std::size_t{1024} * 1024,
-                                 1024,
-                                 1000003,
-                                 7,
-                                 257,
-                                 65541,
-                                 std::size_t{512} * 384,
-                                 384,
-                                 3,
-                                 2000001};
   std::vector<mpt::cuda::DeviceTensor> tensors;
-  for (std::size_t at = 0, k = 0; at < n;) {
-    const std::size_t size = std::min(pattern[k++ % 12], n - at);
+  std::size_t at = 0;
+  for (std::size_t size : bench::mixed_tensor_sizes(n)) {
     tensors.push_back({d_g + at, size});
     at += size;
   }

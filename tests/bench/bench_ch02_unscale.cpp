@@ -46,23 +46,9 @@ struct Buffers {
   explicit Buffers(std::size_t n) : grads(n), out(n) {
     bench::fill_gradients(grads);                   // finite, |x| in [2^-20, 2^4)
     std::memset(out.data(), 0, n * sizeof(float));  // touch pages before timing
-    // An MLP-like mix of sizes (weights, biases, odd shapes), repeated until
-    // N is used up; the last tensor takes what is left.
-    const std::size_t pattern[] = {std::size_t{4096} * 1024,
-                                   4096,
-                                   std::size_t{1024} * 1024,
-                                   1024,
-                                   1000003,
-                                   7,
-                                   257,
-                                   65541,
-                                   std::size_t{512} * 384,
-                                   384,
-                                   3,
-                                   2000001};
-    std::size_t at = 0, k = 0;
-    while (at < n) {
-      const std::size_t size = std::min(pattern[k++ % (sizeof pattern / sizeof pattern[0])], n - at);
+    // An MLP-like mix of sizes (weights, biases, odd shapes).
+    std::size_t at = 0;
+    for (std::size_t size : bench::mixed_tensor_sizes(n)) {
       list.emplace_back(grads.data() + at, size);
       at += size;
     }

@@ -3,7 +3,9 @@
 // Depends on: the standard library only (no Google Benchmark, no CUDA).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -33,6 +35,30 @@ inline void fill_gradients(std::vector<float>& v) {
     const int e = static_cast<int>((s >> 33) % 24) - 20;
     x = std::ldexp(1.0f + static_cast<float>(s >> 41) / 8388608.0f, e) * ((s >> 32) & 1 ? -1.0f : 1.0f);
   }
+}
+
+/// The sizes of an MLP-like list of gradient tensors covering n elements:
+/// weights, biases and odd shapes in a fixed pattern, repeated until n is
+/// used up, the last tensor taking what is left.
+inline std::vector<std::size_t> mixed_tensor_sizes(std::size_t n) {
+  const std::size_t pattern[] = {std::size_t{4096} * 1024,
+                                 4096,
+                                 std::size_t{1024} * 1024,
+                                 1024,
+                                 1000003,
+                                 7,
+                                 257,
+                                 65541,
+                                 std::size_t{512} * 384,
+                                 384,
+                                 3,
+                                 2000001};
+  std::vector<std::size_t> sizes;
+  for (std::size_t at = 0, k = 0; at < n; ++k) {
+    sizes.push_back(std::min(pattern[k % (sizeof pattern / sizeof pattern[0])], n - at));
+    at += sizes.back();
+  }
+  return sizes;
 }
 
 }  // namespace bench
