@@ -108,9 +108,7 @@ Setup setup_of(const TraceArgs& a) {
   s.config.seed = s.seed;
   if (!a.keep_f32.empty()) {
     // The paths must be layers of this model: build it once to ask.
-    const mpt::Mlp probe(s.config);
-    std::vector<std::string> valid;
-    for (const std::string& p : const_cast<mpt::Mlp&>(probe).paths()) valid.push_back(p);
+    const std::vector<std::string> valid = mpt::Mlp(s.config).paths();
     const std::vector<std::string> keep = split_commas(a.keep_f32);
     for (const std::string& p : keep) {
       bool found = false;
