@@ -94,4 +94,33 @@ void cast_e5m2_to_fp32(const Fp8E5M2* d_in, float* d_out, std::size_t n,
 RangeCounts range_counts(const float* d_x, std::size_t n, const FormatSpec& f,
                          KernelVersion v = KernelVersion::vectorized);
 
+/// The device-side counters of a range report (one RangeCounts worth of
+/// device memory), allocated once and reused: with range_counts_into() a
+/// caller counts many arrays, or times the counting kernel, without a
+/// device allocation, clear and copy back per call.
+class DeviceRangeCounts {
+ public:
+  /// Allocate the counters and set them to zero (synchronous).
+  DeviceRangeCounts();
+  /// Free them.
+  ~DeviceRangeCounts();
+  DeviceRangeCounts(const DeviceRangeCounts&) = delete;             ///< owns a device buffer
+  DeviceRangeCounts& operator=(const DeviceRangeCounts&) = delete;  ///< owns a device buffer
+  /// Set every counter to zero (queued: cudaMemsetAsync on the default stream).
+  void clear();
+  /// The counts so far (synchronous: waits for the queued work and copies back).
+  RangeCounts download() const;
+  /// The device counters (opaque; read by kernels/formats/range_report.cu).
+  void* d_counters() const { return d_counters_; }
+
+ private:
+  void* d_counters_ = nullptr;
+};
+
+/// Add the counts of d_x[0..n) into `counters` (they are not cleared: call
+/// counters.clear() first). Queued, no host synchronisation; what
+/// range_counts() does between its allocation and its copy back.
+void range_counts_into(const float* d_x, std::size_t n, const FormatSpec& f, DeviceRangeCounts& counters,
+                       KernelVersion v = KernelVersion::vectorized);
+
 }  // namespace mpt::cuda

@@ -81,44 +81,64 @@ unsigned int resident_blocks() {
   return static_cast<unsigned int>(std::max(sms, 1)) * 8u;
 }
 
-// The counters' device buffer, freed on every path out of range_counts.
-struct DeviceCounters {
-  unsigned long long* p = nullptr;
-  DeviceCounters() { detail::check(cudaMalloc(&p, sizeof(RangeCounts)), "range_counts: cudaMalloc"); }
-  ~DeviceCounters() { cudaFree(p); }
-  DeviceCounters(const DeviceCounters&) = delete;
-  DeviceCounters& operator=(const DeviceCounters&) = delete;
-};
-
 }  // namespace
 
-RangeCounts range_counts(const float* d_x, std::size_t n, const FormatSpec& f, KernelVersion v) {
+DeviceRangeCounts::DeviceRangeCounts() {
+  detail::check(cudaMalloc(&d_counters_, sizeof(RangeCounts)), "DeviceRangeCounts: cudaMalloc");
+  try {
+    detail::check(cudaMemset(d_counters_, 0, sizeof(RangeCounts)), "DeviceRangeCounts: cudaMemset");
+  } catch (...) {
+    cudaFree(d_counters_);
+    throw;
+  }
+}
+
+DeviceRangeCounts::~DeviceRangeCounts() { cudaFree(d_counters_); }
+
+void DeviceRangeCounts::clear() {
+  detail::check(cudaMemsetAsync(d_counters_, 0, sizeof(RangeCounts)), "DeviceRangeCounts::clear");
+}
+
+RangeCounts DeviceRangeCounts::download() const {
+  RangeCounts result;
+  detail::check(cudaMemcpy(&result, d_counters_, sizeof(RangeCounts), cudaMemcpyDeviceToHost),
+                "range_counts: kernel or copy back");
+  return result;
+}
+
+void range_counts_into(const float* d_x, std::size_t n, const FormatSpec& f, DeviceRangeCounts& counters,
+                       KernelVersion v) {
   const char* where = "range_counts";
   if (v != KernelVersion::simple && v != KernelVersion::vectorized) {
     throw std::invalid_argument(
         "mpt::cuda::range_counts: unknown KernelVersion (choices: simple, vectorized)");
   }
-  RangeCounts result;
-  if (n == 0) return result;
-
-  DeviceCounters counters;
-  detail::check(cudaMemset(counters.p, 0, sizeof(RangeCounts)), "range_counts: cudaMemset");
+  if (n == 0) return;
+  auto* c = static_cast<unsigned long long*>(counters.d_counters());
   if (v == KernelVersion::simple) {
-    range_counts_simple<<<detail::blocks_for(n, kThreads, where), kThreads>>>(d_x, n, f, counters.p);
+    range_counts_simple<<<detail::blocks_for(n, kThreads, where), kThreads>>>(d_x, n, f, c);
   } else {
     const bool vec4 = detail::aligned(d_x, sizeof(float4));
     const std::size_t work = vec4 ? std::max(n / 4, n % 4) : n;
     const unsigned int blocks = std::min(detail::blocks_for(work, kThreads, where), resident_blocks());
     if (vec4) {
-      range_counts_shared<true><<<blocks, kThreads>>>(d_x, n, f, counters.p);
+      range_counts_shared<true><<<blocks, kThreads>>>(d_x, n, f, c);
     } else {
-      range_counts_shared<false><<<blocks, kThreads>>>(d_x, n, f, counters.p);
+      range_counts_shared<false><<<blocks, kThreads>>>(d_x, n, f, c);
     }
   }
   detail::check_launch(where);
-  detail::check(cudaMemcpy(&result, counters.p, sizeof(RangeCounts), cudaMemcpyDeviceToHost),
-                "range_counts: kernel or copy back");
-  return result;
+}
+
+RangeCounts range_counts(const float* d_x, std::size_t n, const FormatSpec& f, KernelVersion v) {
+  if (v != KernelVersion::simple && v != KernelVersion::vectorized) {
+    throw std::invalid_argument(
+        "mpt::cuda::range_counts: unknown KernelVersion (choices: simple, vectorized)");
+  }
+  if (n == 0) return RangeCounts{};
+  DeviceRangeCounts counters;  // zeroed
+  range_counts_into(d_x, n, f, counters, v);
+  return counters.download();
 }
 
 }  // namespace mpt::cuda

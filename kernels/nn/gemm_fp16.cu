@@ -69,12 +69,16 @@ __device__ __forceinline__ void store(std::uint16_t* c, std::size_t i, float v) 
 // Version 1. Block (16, 16) threads, grid (ceil(N/16), ceil(M/16)); thread
 // (tx, ty) computes C[m][n] with m = 16*by + ty, n = 16*bx + tx, reading its
 // row of op(A) and column of op(B) straight from global memory.
+// The output index is computed in 64 bits: for N within 15 of INT_MAX the
+// last column block reaches past INT_MAX, which in int would wrap negative
+// and pass the bounds check.
 template <bool kTransA, bool kTransB, class Out>
 __global__ void gemm_naive(const std::uint16_t* __restrict__ a, const std::uint16_t* __restrict__ b,
                            Out* __restrict__ c, int M, int N, int K) {
-  const int n = blockIdx.x * kTile + threadIdx.x;
-  const int m = blockIdx.y * kTile + threadIdx.y;
-  if (m >= M || n >= N) return;
+  const long long n64 = static_cast<long long>(blockIdx.x) * kTile + threadIdx.x;
+  const long long m64 = static_cast<long long>(blockIdx.y) * kTile + threadIdx.y;
+  if (m64 >= M || n64 >= N) return;
+  const int m = static_cast<int>(m64), n = static_cast<int>(n64);
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) acc = fmaf(a_at<kTransA>(a, m, k, M, K), b_at<kTransB>(b, k, n, K, N), acc);
   store(c, static_cast<std::size_t>(m) * N + n, acc);
@@ -99,7 +103,9 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
   __shared__ float as[kTile][kTile + 1];  // as[i][kk] = op(A)[m0 + i][k0 + kk]
   __shared__ float bs[kTile][kTile + 1];  // bs[kk][j] = op(B)[k0 + kk][n0 + j]
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+  // Tile origins in 64 bits, as in version 1: n0 + 15 may pass INT_MAX.
+  const long long m0 = static_cast<long long>(blockIdx.y) * kTile,
+                  n0 = static_cast<long long>(blockIdx.x) * kTile;
   float acc = 0.0f;
   // Counted in tiles, not k0 += kTile while k0 < K: for K within 15 of
   // INT_MAX that last step overflows int (undefined behaviour; in practice
@@ -110,21 +116,23 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
     const int k0 = t * kTile;
     {  // A tile: A [M,K] walks k with tx; A [K,M] walks m with tx.
       const int i = kTransA ? tx : ty, kk = kTransA ? ty : tx;
-      const int m = m0 + i, k = k0 + kk;
-      as[i][kk] = (m < M && k < K) ? a_at<kTransA>(a, m, k, M, K) : 0.0f;
+      const long long m = m0 + i;
+      const int k = k0 + kk;
+      as[i][kk] = (m < M && k < K) ? a_at<kTransA>(a, static_cast<int>(m), k, M, K) : 0.0f;
     }
     {  // B tile: B [K,N] walks n with tx; B [N,K] walks k with tx.
       const int kk = kTransB ? tx : ty, j = kTransB ? ty : tx;
-      const int k = k0 + kk, n = n0 + j;
-      bs[kk][j] = (k < K && n < N) ? b_at<kTransB>(b, k, n, K, N) : 0.0f;
+      const int k = k0 + kk;
+      const long long n = n0 + j;
+      bs[kk][j] = (k < K && n < N) ? b_at<kTransB>(b, k, static_cast<int>(n), K, N) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kTile; ++kk) acc = fmaf(as[ty][kk], bs[kk][tx], acc);
     __syncthreads();
   }
-  const int m = m0 + ty, n = n0 + tx;
-  if (m < M && n < N) store(c, static_cast<std::size_t>(m) * N + n, acc);
+  const long long m = m0 + ty, n = n0 + tx;
+  if (m < M && n < N) store(c, static_cast<std::size_t>(m) * N + static_cast<std::size_t>(n), acc);
 }
 
 template <class Out>

@@ -76,9 +76,15 @@ class DeviceArray {
   DeviceArray& operator=(const DeviceArray&) = delete;
 
   T* get() const { return p_; }
-  /// Fill every byte with 0xFF, so an element the kernel skipped reads as a
-  /// NaN (floats) or the all-ones code, never as a plausible zero.
-  void poison() { cuda_ok(cudaMemset(p_, 0xFF, n_ * sizeof(T)), "cudaMemset poison"); }
+  /// Fill every byte with `byte`. 0xFF makes a skipped float a NaN and a
+  /// skipped code all ones; kPoisonFinite makes both finite garbage. Either
+  /// alone can equal a valid output (0xFF is E4M3's -NaN, and comparisons
+  /// that accept any NaN accept a NaN poison), so a check that a kernel
+  /// writes every element runs once with each: a skipped element then
+  /// differs from the expected value in at least one of the two runs.
+  void poison(unsigned char byte = 0xFF) {
+    cuda_ok(cudaMemset(p_, byte, n_ * sizeof(T)), "cudaMemset poison");
+  }
   std::vector<T> download() const {
     std::vector<T> out(n_);
     cuda_ok(cudaMemcpy(out.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
@@ -90,6 +96,22 @@ class DeviceArray {
   T* p_ = nullptr;
   std::size_t n_;
 };
+
+/// The two poison bytes of DeviceArray::poison, in the order checks use them.
+constexpr unsigned char kPoisonBytes[] = {0xFF, 0x5A};
+/// A finite poison: 0x5A5A5A5A is about 1.5e16 as a float, 0x5A5A is 203.25
+/// as fp16, 0x5A is 3.25 as E4M3 — never NaN, never zero.
+constexpr unsigned char kPoisonFinite = 0x5A;
+
+/// The value of a buffer element whose every byte is `byte`.
+template <class T>
+T poison_value(unsigned char byte) {
+  unsigned char bytes[sizeof(T)];
+  std::memset(bytes, byte, sizeof bytes);
+  T v{};
+  std::memcpy(&v, bytes, sizeof v);  // T is trivially copyable (a float, an integer, a code)
+  return v;
+}
 
 /// The kernel version's name, for messages.
 inline const char* version_name(mpt::cuda::KernelVersion v) {

@@ -38,12 +38,14 @@ template <class Code>
 using DecodeFn = void (*)(const Code*, float*, std::size_t, KernelVersion);
 
 /// Run one GPU cast on in[offset..) (offset 1 makes the pointers unaligned,
-/// so the vectorized entry point must fall back) into a poisoned buffer and
-/// compare every code with mpt::encode_array. Elements before `offset` must
-/// still hold the poison: the kernel may not write outside its range.
+/// so the vectorized entry point must fall back) into a buffer poisoned with
+/// `poison_byte` and compare every code with mpt::encode_array. Elements
+/// before `offset` must still hold the poison: the kernel may not write
+/// outside its range.
 template <class Code>
 void check_encode(const char* name, EncodeFn<Code> cast, const char* format, mpt::OverflowMode overflow,
-                  const std::vector<float>& in, KernelVersion v, std::size_t offset) {
+                  const std::vector<float>& in, KernelVersion v, std::size_t offset,
+                  unsigned char poison_byte) {
   const mpt::Format& f = mpt::format_named(format);
   mpt::RoundingOptions o;
   o.overflow = overflow;
@@ -52,10 +54,10 @@ void check_encode(const char* name, EncodeFn<Code> cast, const char* format, mpt
 
   mpt::test::DeviceArray<float> d_in(in);
   mpt::test::DeviceArray<Code> d_out(in.size());
-  d_out.poison();
+  d_out.poison(poison_byte);
   cast(d_in.get() + offset, d_out.get() + offset, in.size() - offset, v);
   const std::vector<std::uint32_t> got = mpt::test::code_bits(d_out.download());
-  const std::uint32_t poison = (1u << (8 * sizeof(Code))) - 1u;  // every byte 0xFF
+  const std::uint32_t poison = mpt::test::code_bits(mpt::test::poison_value<Code>(poison_byte));
 
   std::size_t bad = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -63,8 +65,8 @@ void check_encode(const char* name, EncodeFn<Code> cast, const char* format, mpt
     if (got[i] == want) continue;
     if (bad++ == 0) {
       std::printf("%s (%s, offset %zu): mismatch at [%zu]: x=%a (%.9g) expected %#" PRIx32 " got %#" PRIx32
-                  "\n",
-                  name, version_name(v), offset, i, in[i], in[i], want, got[i]);
+                  " (poison %#x)\n",
+                  name, version_name(v), offset, i, in[i], in[i], want, got[i], poison_byte);
     }
   }
   if (bad)
@@ -112,10 +114,11 @@ void check_encode_all(const char* name, EncodeFn<Code> cast, const char* format,
   const std::vector<float> mixed = mpt::test::mixed_inputs(kN, mpt::test::test_seed());
   const std::vector<float> boundaries = boundary_inputs();
   for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized}) {
-    for (std::size_t offset : {0u, 1u}) {
-      check_encode(name, cast, format, overflow, mixed, v, offset);
-      check_encode(name, cast, format, overflow, boundaries, v, offset);
-    }
+    for (std::size_t offset : {0u, 1u})
+      for (unsigned char poison : mpt::test::kPoisonBytes) {
+        check_encode(name, cast, format, overflow, mixed, v, offset, poison);
+        check_encode(name, cast, format, overflow, boundaries, v, offset, poison);
+      }
   }
 }
 

@@ -132,6 +132,28 @@ TEST_CASE("range report: hand-counted fp16 example") {
   }
 }
 
+TEST_CASE("range_counts_into: counters on the device accumulate until cleared") {
+  // What the benchmark times: the counting kernel into counters that live
+  // on the device for the whole run, with no allocation or copy per call.
+  const std::vector<float> a = mpt::test::mixed_inputs(4099, mpt::test::test_seed() + 2);
+  const std::vector<float> b = mpt::test::mixed_inputs(517, mpt::test::test_seed() + 3);
+  mpt::test::DeviceArray<float> d_a(a), d_b(b);
+  for (KernelVersion v : {KernelVersion::simple, KernelVersion::vectorized}) {
+    mpt::cuda::DeviceRangeCounts counters;
+    CHECK(counters.download() == mpt::RangeCounts{});  // zero from the start
+    mpt::cuda::range_counts_into(d_a.get(), a.size(), mpt::formats::bf16, counters, v);
+    mpt::cuda::range_counts_into(d_b.get(), b.size(), mpt::formats::bf16, counters, v);
+    mpt::RangeCounts want = host_counts(a.data(), a.size(), mpt::formats::bf16);
+    const mpt::RangeCounts wb = host_counts(b.data(), b.size(), mpt::formats::bf16);
+    for (int i = 0; i < mpt::kRangeClassCount; ++i) want.by_class[i] += wb.by_class[i];
+    for (int i = 0; i < mpt::kLog2BinCount; ++i) want.log2_hist[i] += wb.log2_hist[i];
+    CHECK(counters.download() == want);
+    counters.clear();
+    mpt::cuda::range_counts_into(d_b.get(), b.size(), mpt::formats::bf16, counters, v);
+    CHECK(counters.download() == wb);
+  }
+}
+
 TEST_CASE("range report: an unknown version throws") {
   mpt::test::DeviceArray<float> d(4);
   CHECK_THROWS_AS(mpt::cuda::range_counts(d.get(), 4, mpt::formats::fp16, static_cast<KernelVersion>(0)),

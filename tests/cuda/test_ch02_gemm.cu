@@ -126,70 +126,75 @@ Operand make_operand(int rows, int cols, bool t, Inputs kind, std::mt19937_64& r
   return o;
 }
 
-/// Run one configuration on the GPU (fp32 and fp16 outputs, poisoned, with
-/// 7 guard elements after C) and check it.
+/// Run one configuration on the GPU (fp32 and fp16 outputs, with 7 guard
+/// elements after C) and check it, once for each poison of kPoisonBytes: a
+/// NaN poison alone would pass where a NaN is expected and never written.
 void check_case(const Shape& s, Trans ta, Trans tb, GemmVersion v, Inputs kind, std::mt19937_64& rng) {
   const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
   const Operand a = make_operand(s.M, s.K, tA, kind, rng);
   const Operand b = make_operand(s.K, s.N, tB, kind, rng);
   const std::vector<float> want = reference_gemm(a, b, s);
   const std::size_t mn = static_cast<std::size_t>(s.M) * s.N;
-  char label[160];
-  std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s", gemm_version_name(v), s.M, s.N,
-                s.K, tA ? "^T" : "", tB ? "^T" : "", inputs_name(kind));
+  for (unsigned char poison_byte : mpt::test::kPoisonBytes) {
+    char label[160];
+    std::snprintf(label, sizeof label, "%s M=%d N=%d K=%d op(A)%s op(B)%s %s, poison %#x",
+                  gemm_version_name(v), s.M, s.N, s.K, tA ? "^T" : "", tB ? "^T" : "", inputs_name(kind),
+                  poison_byte);
 
-  DeviceArray<mpt::Fp16Code> d_a(typed(a.codes)), d_b(typed(b.codes));
-  DeviceArray<float> d_c(mn + 7);
-  DeviceArray<mpt::Fp16Code> d_h(mn + 7);
-  d_c.poison();
-  d_h.poison();
-  mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_c.get(), v);
-  mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_h.get(), v);
-  const std::vector<float> c = d_c.download();
-  std::vector<std::uint16_t> h;
-  for (mpt::Fp16Code code : d_h.download()) h.push_back(code.bits);
+    DeviceArray<mpt::Fp16Code> d_a(typed(a.codes)), d_b(typed(b.codes));
+    DeviceArray<float> d_c(mn + 7);
+    DeviceArray<mpt::Fp16Code> d_h(mn + 7);
+    d_c.poison(poison_byte);
+    d_h.poison(poison_byte);
+    mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_c.get(), v);
+    mpt::cuda::gemm_fp16(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_h.get(), v);
+    const std::vector<float> c = d_c.download();
+    std::vector<std::uint16_t> h;
+    for (mpt::Fp16Code code : d_h.download()) h.push_back(code.bits);
 
-  std::size_t bad = 0, bound_bad = 0;
-  double max_err = 0, max_ratio = 0;
-  for (std::size_t i = 0; i < mn; ++i) {
-    const int m = static_cast<int>(i / s.N), n = static_cast<int>(i % s.N);
-    // 1 and 2: the same-order reference, bit for bit (exact integers for kind 1).
-    const bool same = mpt::test::same_float(want[i], c[i]);
-    const std::uint16_t want_h = to_fp16(want[i]);
-    const bool same_h = want_h == h[i] || (fp16_is_nan(want_h) && fp16_is_nan(h[i]));
-    if (!same || !same_h) {
-      if (bad++ < 5)
-        std::printf("%s: C[%d][%d] want %a (fp16 %#06x) got %a (fp16 %#06x)\n", label, m, n, want[i], want_h,
-                    c[i], h[i]);
-    }
-    // 3: the order-independent bound, against double.
-    if (std::isfinite(want[i])) {
-      double exact = 0, abs_sum = 0;
-      for (int k = 0; k < s.K; ++k) {
-        const double p = static_cast<double>(a.at(m, k)) * b.at(k, n);
-        exact += p;
-        abs_sum += std::fabs(p);
+    std::size_t bad = 0, bound_bad = 0;
+    double max_err = 0, max_ratio = 0;
+    for (std::size_t i = 0; i < mn; ++i) {
+      const int m = static_cast<int>(i / s.N), n = static_cast<int>(i % s.N);
+      // 1 and 2: the same-order reference, bit for bit (exact integers for kind 1).
+      const bool same = mpt::test::same_float(want[i], c[i]);
+      const std::uint16_t want_h = to_fp16(want[i]);
+      const bool same_h = want_h == h[i] || (fp16_is_nan(want_h) && fp16_is_nan(h[i]));
+      if (!same || !same_h) {
+        if (bad++ < 5)
+          std::printf("%s: C[%d][%d] want %a (fp16 %#06x) got %a (fp16 %#06x)\n", label, m, n, want[i],
+                      want_h, c[i], h[i]);
       }
-      const double err = std::fabs(exact - c[i]);
-      const double bound = s.K * std::ldexp(1.0, -23) * abs_sum;
-      max_err = std::max(max_err, err);
-      if (bound > 0) max_ratio = std::max(max_ratio, err / bound);
-      if (!(err <= bound) && bound_bad++ < 5)
-        std::printf("%s: C[%d][%d] error %g above the bound %g\n", label, m, n, err, bound);
-      if (kind == Inputs::small_integers && c[i] != exact && bad++ < 5)
-        std::printf("%s: C[%d][%d] = %a, exact %.17g\n", label, m, n, c[i], exact);
+      // 3: the order-independent bound, against double.
+      if (std::isfinite(want[i])) {
+        double exact = 0, abs_sum = 0;
+        for (int k = 0; k < s.K; ++k) {
+          const double p = static_cast<double>(a.at(m, k)) * b.at(k, n);
+          exact += p;
+          abs_sum += std::fabs(p);
+        }
+        const double err = std::fabs(exact - c[i]);
+        const double bound = s.K * std::ldexp(1.0, -23) * abs_sum;
+        max_err = std::max(max_err, err);
+        if (bound > 0) max_ratio = std::max(max_ratio, err / bound);
+        if (!(err <= bound) && bound_bad++ < 5)
+          std::printf("%s: C[%d][%d] error %g above the bound %g\n", label, m, n, err, bound);
+        if (kind == Inputs::small_integers && c[i] != exact && bad++ < 5)
+          std::printf("%s: C[%d][%d] = %a, exact %.17g\n", label, m, n, c[i], exact);
+      }
     }
-  }
-  for (std::size_t i = mn; i < mn + 7; ++i) {
-    if (bits_from_float(c[i]) != 0xffffffffu || h[i] != 0xffffu) {
-      if (bad++ < 5) std::printf("%s: guard element %zu after C was written\n", label, i - mn);
+    for (std::size_t i = mn; i < mn + 7; ++i) {
+      if (bits_from_float(c[i]) != bits_from_float(mpt::test::poison_value<float>(poison_byte)) ||
+          h[i] != mpt::test::poison_value<std::uint16_t>(poison_byte)) {
+        if (bad++ < 5) std::printf("%s: guard element %zu after C was written\n", label, i - mn);
+      }
     }
+    if (bad || bound_bad)
+      std::printf("%s: %zu mismatches, %zu above the bound; max |err| %g, max err/bound %g\n", label, bad,
+                  bound_bad, max_err, max_ratio);
+    CHECK_MESSAGE(bad == 0, label, ": ", bad, " mismatches against the same-order reference");
+    CHECK_MESSAGE(bound_bad == 0, label, ": ", bound_bad, " outputs outside K eps sum|ab|");
   }
-  if (bad || bound_bad)
-    std::printf("%s: %zu mismatches, %zu above the bound; max |err| %g, max err/bound %g\n", label, bad,
-                bound_bad, max_err, max_ratio);
-  CHECK_MESSAGE(bad == 0, label, ": ", bad, " mismatches against the same-order reference");
-  CHECK_MESSAGE(bound_bad == 0, label, ": ", bound_bad, " outputs outside K eps sum|ab|");
 }
 
 const Shape kShapes[] = {{1, 1, 1},   {1, 1, 0},     {17, 33, 65},   {64, 64, 64}, {3, 200, 7},

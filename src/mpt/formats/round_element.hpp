@@ -205,7 +205,10 @@ MPT_HD inline float decode(std::uint32_t code, const FormatSpec& f) {
   } else {
     v = static_cast<float>(frac | (1u << m)) * detail::pow2f(static_cast<int>(expf) - f.bias - m);
   }
-  return negative ? -v : v;
+  // The sign is set with a bit operation, not by negating: negating a NaN
+  // need not keep (or set) its sign bit on every device, and the tests compare
+  // NaNs bit for bit. v is never negative here, so OR-ing the bit is -v.
+  return detail::float_of(detail::bits_of(v) | (negative ? 0x80000000u : 0u));
 }
 
 }  // namespace mpt
