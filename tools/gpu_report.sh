@@ -1,74 +1,200 @@
 #!/usr/bin/env bash
-# Every GPU-side check in one run, for a machine with an NVIDIA GPU (Chapter 1
-# onwards): configure with CUDA, build, run the GPU tests (label cuda), the
-# kernel benchmarks, and PyTorch's equivalent casts where torch is installed,
-# then write a short report. Depends on: CMake, nvcc, the Debian packages of
-# ./mpt.sh; torch is optional.
+# All chapters — every GPU-side check in one run, on a machine with an NVIDIA
+# GPU, from a bundle that tools/gpu_prepare.sh built elsewhere: nothing is
+# built here, so the machine needs only the driver (plus, for the optional
+# parts, compute-sanitizer and a Python with torch).
+# Depends on: bash, coreutils (timeout), the bundle; optional: nvidia-smi,
+# compute-sanitizer, python3 with torch (tools/gpu_torch_compare.py).
 #
-#   tools/gpu_report.sh [OUT_DIR]      (default: build-gpu/report)
+#   tools/gpu_report.sh [BUNDLE_DIR] [OUT_DIR]
+#     (defaults: build-gpu/gpu-bundle, and $OUT or build-gpu/report)
+#
+# It writes at most 8 files under OUT_DIR, report.txt first (the summary),
+# and stays under a 7-minute budget (each step has its own time limit and a
+# step that would start past the budget is skipped and said so):
+#   report.txt     the summary: device, tests, sanitizers, benchmarks, PyTorch
+#   nvidia-smi.txt the device as nvidia-smi sees it
+#   tests.log      every GPU test's output
+#   sanitizer.log  compute-sanitizer memcheck and racecheck on small cases
+#   bench.log      the kernel benchmarks, each beside a device-to-device copy
+#   torch.log      the same operations through PyTorch: bits and times
+#   large.log      the cases past 2^31 elements (MPT_GPU_LARGE=1)
+# Exit status 0 when every GPU test ran and passed and no sanitizer found an
+# error; 1 otherwise — in particular when every test skipped (no usable GPU:
+# that is a failure here, not a pass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD_DIR:-build-gpu}
-out=${1:-$build/report}
-mkdir -p "$out"
-report="$out/report.txt"
+
+bundle=${1:-build-gpu/gpu-bundle}
+out=${2:-${OUT:-build-gpu/report}}
+bin=$bundle/bin
+[[ -d $bin ]] || { echo "gpu_report: $bin does not exist; make it with tools/gpu_prepare.sh" >&2; exit 2; }
+mkdir -p "$out" || { echo "gpu_report: cannot create $out" >&2; exit 2; }
+report=$out/report.txt
 : >"$report"
-say() { echo "$*" | tee -a "$report"; }
+start=$(date +%s)
+readonly budget=400  # seconds: 7 minutes in all, with room for the last step's limit
+status=0
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+elapsed() { echo $(($(date +%s) - start)); }
+# in_budget NEED: true when a step that may take NEED seconds still fits.
+in_budget() { (($(elapsed) + $1 <= budget + 60)); }
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 
-say "# mpt GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$report"
+say "# mpt GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+[[ -f $bundle/MANIFEST.txt ]] && sed -n '2,4p' "$bundle/MANIFEST.txt" | tee -a "$report"
 
-if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMPT_CUDA=ON -DMPT_BENCHMARKS=ON >"$out/configure.log" 2>&1; then
-  say "configure FAILED (see configure.log)"; exit 1
-fi
-if ! cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
-  say "build FAILED (see build.log)"; tail -30 "$out/build.log" | tee -a "$report"; exit 1
-fi
-say "build: ok"
-
+# --- the device -----------------------------------------------------------------------
 say ""
-say "## GPU tests (ctest -L cuda)"
-ctest --test-dir "$build" -L cuda --output-on-failure >"$out/ctest-cuda.log" 2>&1
-status=$?
-grep -E "tests passed|tests failed|Skipped|Failed|Passed" "$out/ctest-cuda.log" | tee -a "$report"
+say "## Device"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 |
+    tee -a "$report"
+else
+  say "nvidia-smi not found"
+fi
 
+# --- the GPU tests ------------------------------------------------------------------------
 say ""
-say "## Kernel benchmarks"
-for b in "$build"/tests/bench/bench_*_cuda; do
-  [[ -x $b ]] || continue
-  "$b" 2>&1 | tee -a "$report"
+say "## GPU tests"
+: >"$out/tests.log"
+ran=0 passed=0 failed=0 skipped=0
+for t in "$bin"/test_*_cuda; do
+  [[ -x $t ]] || continue
+  name=$(basename "$t")
+  [[ $name == *_large_n_cuda ]] && continue  # its own step below
+  if ! in_budget 150; then say "$name: not run, the time budget is spent"; continue; fi
+  t0=$(date +%s)
+  {
+    echo "=== $name"
+    timeout 150 "$t"
+  } >>"$out/tests.log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - t0))
+  case $rc in
+    0) result=passed; ((ran++, passed++)) ;;
+    77) result=skipped; ((skipped++)) ;;
+    124) result="FAILED (timed out after 150 s)"; ((ran++, failed++)) ;;
+    *) result="FAILED (exit status $rc)"; ((ran++, failed++)) ;;
+  esac
+  say "$(printf '%-32s %-28s %4d s' "$name" "$result" "$secs")"
 done
+if ((ran == 0)); then
+  why=$(grep -m1 -h 'SKIPPED' "$out/tests.log" | sed 's/^SKIPPED [^:]*: //')
+  say "FAIL: every GPU test skipped: no usable GPU (${why:-no test ran})"
+  status=1
+elif ((failed > 0)); then
+  say "FAIL: $failed of $ran GPU tests failed (see tests.log)"
+  status=1
+else
+  if ((skipped > 0)); then say "all $passed GPU tests that ran passed ($skipped skipped)"; else say "all $passed GPU tests passed"; fi
+fi
+
+# --- compute-sanitizer on small cases -------------------------------------------------------
+say ""
+say "## compute-sanitizer (small cases)"
+: >"$out/sanitizer.log"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -z $sanitizer ]]; then
+  say "compute-sanitizer not found: not run"
+elif ((ran == 0)); then
+  say "not run: no GPU test could run on this machine"
+else
+  # TOOL PROGRAM DOCTEST-FILTER: small test cases that still launch every kernel family.
+  checks=(
+    "memcheck test_ch01_casts_cuda *pinned*,*bad arguments*"
+    "memcheck test_ch01_range_report_cuda *tiny*,*hand-counted*,*range_counts_into*"
+    "memcheck test_ch02_gemm_cuda *MLP*,*empty*"
+    "memcheck test_ch02_scaler_cuda *tensor table*,*never cleared*,*inverse_scale*,*whole GradScaler*"
+    "racecheck test_ch01_range_report_cuda *hand-counted*"
+    "racecheck test_ch02_gemm_cuda *MLP*"
+    "racecheck test_ch02_scaler_cuda *whole GradScaler*"
+  )
+  for c in "${checks[@]}"; do
+    read -r tool prog filter <<<"$c"
+    [[ -x $bin/$prog ]] || { say "$tool $prog: not in the bundle"; continue; }
+    if ! in_budget 90; then say "$tool $prog: not run, the time budget is spent"; continue; fi
+    echo "=== $tool $prog -tc=$filter" >"$scratch/one.log"
+    timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 3 "$bin/$prog" "-tc=$filter" \
+      >>"$scratch/one.log" 2>&1
+    rc=$?
+    cat "$scratch/one.log" >>"$out/sanitizer.log"
+    summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$scratch/one.log" | tail -1)
+    if [[ -z $summary && $rc -ne 0 && $rc -ne 124 ]]; then
+      # No summary at all: the tool could not instrument the program (some
+      # sandboxed GPU runtimes do not allow it). Say so; it is not a finding.
+      say "$tool $prog: compute-sanitizer could not run here (exit status $rc, no summary; see sanitizer.log); the other checks are left out"
+      break
+    fi
+    case $rc in
+      0) say "$tool $prog: clean ($summary)" ;;
+      124) say "$tool $prog: timed out after 90 s"; status=1 ;;
+      *) say "$tool $prog: FAILED, exit status $rc ($summary)"; status=1 ;;
+    esac
+  done
+fi
+
+# --- the kernel benchmarks -----------------------------------------------------------------
+say ""
+say "## Kernel benchmarks (each beside a device-to-device cudaMemcpy measured in the same run)"
+: >"$out/bench.log"
+for b in "$bin"/bench_*_cuda; do
+  [[ -x $b ]] || continue
+  name=$(basename "$b")
+  if ! in_budget 90; then say "$name: not run, the time budget is spent"; continue; fi
+  echo "=== $name" >>"$out/bench.log"
+  timeout 90 "$b" >>"$out/bench.log" 2>&1
+  rc=$?
+  case $rc in
+    0) say "$name: see bench.log" ;;
+    77) say "$name: skipped (no usable GPU)" ;;
+    *) say "$name: FAILED, exit status $rc" ;;
+  esac
+done
+# The lines that carry the figures, for the summary.
+grep -hE 'GB/s|TFLOP|x memcpy|roofline' "$out/bench.log" | head -40 | tee -a "$report" >/dev/null
+
+# --- PyTorch on the same operations -----------------------------------------------------------
+say ""
+say "## The same operations through PyTorch"
+: >"$out/torch.log"
+if ((ran == 0)); then
+  say "not run: no GPU test could run on this machine"
+elif ! in_budget 150; then
+  say "not run: the time budget is spent"
+elif [[ ! -x $bin/gpu_ops_dump ]]; then
+  say "gpu_ops_dump is not in the bundle: not run"
+else
+  {
+    timeout 60 "$bin/gpu_ops_dump" "$scratch/dump" && timeout 90 python3 tools/gpu_torch_compare.py "$scratch/dump"
+  } >"$out/torch.log" 2>&1
+  rc=$?
+  cat "$out/torch.log" >>"$report"
+  ((rc == 0)) || say "the comparison stopped with exit status $rc (see torch.log)"
+fi
+
+# --- sizes past 2^31 -------------------------------------------------------------------------------
+say ""
+say "## Past 2^31 elements"
+large=$bin/test_ch02_large_n_cuda
+if [[ ! -x $large ]]; then
+  say "test_ch02_large_n_cuda is not in the bundle: not run"
+elif ((ran == 0)); then
+  say "not run: no GPU test could run on this machine"
+elif ! in_budget 180; then
+  say "not run: the time budget is spent"
+else
+  MPT_GPU_LARGE=1 timeout 180 "$large" >"$out/large.log" 2>&1
+  rc=$?
+  case $rc in
+    0) say "passed: a cast of 2^31 + 21 elements and a GEMM with N = INT_MAX" ;;
+    77) say "skipped: $(grep -m1 SKIPPED "$out/large.log")" ;;
+    *) say "FAILED, exit status $rc (see large.log)"; status=1 ;;
+  esac
+fi
 
 say ""
-say "## PyTorch's casts on the same device (if torch is installed)"
-python3 - <<'PY' 2>&1 | tee -a "$report"
-try:
-    import torch
-except Exception as e:  # torch is optional
-    print(f"torch not importable ({e.__class__.__name__}); skipped")
-    raise SystemExit(0)
-if not torch.cuda.is_available():
-    print("torch has no CUDA device; skipped")
-    raise SystemExit(0)
-n = 1 << 26
-x = torch.randn(n, device="cuda") * 1000
-def ms(f, reps=21):
-    f(); f()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t = []
-    for _ in range(reps):
-        s.record(); f(); e.record(); e.synchronize(); t.append(s.elapsed_time(e))
-    return sorted(t)[reps // 2]
-y = torch.empty_like(x)
-copy = ms(lambda: y.copy_(x))
-print(f"torch {torch.__version__}, n = {n}; copy_ fp32: {2 * 4 * n / copy / 1e6:.1f} GB/s")
-cases = [("fp32 -> fp16", lambda: x.half(), 6), ("fp32 -> bf16", lambda: x.bfloat16(), 6)]
-if hasattr(torch, "float8_e4m3fn"):
-    cases.append(("fp32 -> e4m3 (sat by clamp)", lambda: x.clamp(-448, 448).to(torch.float8_e4m3fn), 5))
-for name, f, b in cases:
-    t = ms(f)
-    print(f"{name:28s} {t:8.3f} ms {b * n / t / 1e6:8.1f} GB/s {copy / t * b / 8:6.2f} x copy")
-PY
-say ""
-say "ctest exit status: $status"
+say "finished in $(elapsed) s; exit status $status"
 exit $status
