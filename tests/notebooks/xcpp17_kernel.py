@@ -10,12 +10,17 @@ What it copies from xeus-cling (src/xinterpreter.cpp, src/xparser.cpp):
     and the runs go to Cling one after the other, stopping at the first error;
   - stdout and stderr of the cell become `stream` messages;
   - `xcpp::display(obj)` becomes a `display_data` message holding
-    `mime_bundle_repr(obj)`;
+    `mime_bundle_repr(obj)`, sent after the stdout text the cell had flushed
+    by then: xeus-cling sends a picture at once but std::cout's text only on
+    a flush or at the end of the cell, so text printed before a display and
+    not flushed comes after the picture here too (C's stdout gets a buffer
+    larger than any cell's output, so such text never spills out early);
   - a compile error or an escaping exception makes an `error` reply
     ("Interpreter Error" / "Standard Exception"), so nbclient stops there.
 Where it differs, on purpose:
   - output is captured at the file-descriptor level (so printf and output
-    from the loaded library count too) and sent when the cell ends;
+    from the loaded library count too) and sent when the cell ends, in the
+    order xeus-cling would have sent it, stderr last;
   - a cell ending on a bare expression is printed by Cling's own value
     printer as text, not as an execute_result (the notebooks' authoring
     rules forbid such cells; run_notebooks.py rejects them);
@@ -32,6 +37,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIM_INCLUDE = os.path.join(HERE, "shim")
+# C's stdout buffer: larger than all the text a cell prints, so that text
+# reaches the capture file only when the cell flushes it (or at its end).
+STDOUT_BUFFER_BYTES = 64 << 20
+_IOFBF = 0  # glibc's value
 
 
 def cling_environment(prefix):
@@ -79,8 +88,25 @@ class Cling:
         self.cppyy = cppyy
         self.libc = ctypes.CDLL(None)
         self.libc.fflush.argtypes = [ctypes.c_void_p]
+        self._buffer_stdout()
         self.process("cling::runtime::gClingOpts->AllowRedefinition = 0;")
         cppyy.add_include_path(SHIM_INCLUDE)
+
+    def _buffer_stdout(self):
+        """Give C's stdout (std::cout writes through it) one large buffer.
+
+        xeus-cling's std::cout sends its text to the notebook only when it is
+        flushed or the cell ends; a FILE buffer of the default few KiB would
+        let long unflushed text reach the capture file, and so the notebook,
+        before a picture displayed after it. The buffer lives as long as the
+        interpreter (self._stdout_buffer).
+        """
+        stdout = ctypes.c_void_p.in_dll(self.libc, "stdout")
+        self.libc.fflush(stdout)
+        self._stdout_buffer = ctypes.create_string_buffer(STDOUT_BUFFER_BYTES)
+        self.libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+        if self.libc.setvbuf(stdout, self._stdout_buffer, _IOFBF, STDOUT_BUFFER_BYTES) != 0:
+            raise RuntimeError("setvbuf(stdout) failed")
 
     def process(self, block):
         """Run one block like the cling prompt; True when it compiled and ran."""

@@ -4,18 +4,21 @@
 //
 // A notebook writes the same `#include "xcpp/xdisplay.hpp"` and
 // `xcpp::display(obj)` it would in xeus-cling, where display() sends
-// mime_bundle_repr(obj) to the front end as display_data (xeus-cling's
-// include/xcpp/xdisplay.hpp and xmime.hpp). Here nothing in the process
-// speaks Jupyter, so display() leaves the bundle in a queue the kernel empties
-// after each cell, stamped with how far the cell's captured stdout had got,
-// so text and pictures come out in the order the cell produced them.
+// mime_bundle_repr(obj) to the front end as display_data at once (xeus-cling's
+// include/xcpp/xdisplay.hpp and xmime.hpp), while what std::cout holds goes
+// out only when it is flushed (xeus-cling's stream buffer sends on sync) or
+// when the cell ends. Here nothing in the process speaks Jupyter, so display()
+// leaves the bundle in a queue the kernel empties after each cell, stamped
+// with how much of the cell's stdout had reached the capture file: text
+// printed before the display but not flushed is not counted, so it comes out
+// after the picture, as in xeus-cling. A notebook that wants its text first
+// writes `std::cout << std::flush;` before display(), and a missing flush
+// changes the order of the cell's outputs, which CI compares.
 #ifndef XCPP_DISPLAY_HPP
 #define XCPP_DISPLAY_HPP
 
 #include <unistd.h>
 
-#include <cstdio>
-#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,7 +42,7 @@ nl::json mime_bundle_repr(const T& value) {
 namespace kernel_bridge {
 
 struct PendingDisplay {
-  long stdout_offset;  // bytes of the cell's stdout written before this display
+  long stdout_offset;  // bytes of the cell's stdout flushed before this display
   std::string bundle;  // the mime bundle as ASCII JSON (the kernel decodes it)
 };
 
@@ -54,9 +57,9 @@ template <class T>
 void display(const T& t) {
   using ::xcpp::mime_bundle_repr;  // and, by argument-dependent lookup, the type's own
   const nl::json bundle = mime_bundle_repr(t);
-  // Everything printed so far must reach the capture file before its length is read.
-  std::cout.flush();
-  std::fflush(stdout);
+  // No flush here (xeus-cling's display() does none either): only what the
+  // cell flushed has reached the file. The kernel gives C's stdout a buffer
+  // larger than any cell's text, so unflushed text never spills early.
   const long offset = static_cast<long>(::lseek(STDOUT_FILENO, 0, SEEK_CUR));
   kernel_bridge::pending().push_back({offset, bundle.dump(-1, ' ', /*ensure_ascii=*/true)});
 }
