@@ -173,6 +173,9 @@ def code_lines(source):
     return lines
 
 
+# A Cling pragma naming an absolute path ("/usr/include/eigen3" is one machine's).
+ABSOLUTE_PATH_PRAGMA = re.compile(r'^#\s*pragma\s+cling\s+(?:add_include_path|add_library_path|load)\s*\(\s*"/')
+
 # A top-level declaration of a const variable (not a reference or pointer to const).
 TOP_LEVEL_CONST = re.compile(r"^(?:static\s+)?(?:constexpr|const)\s([^=;{(]*)[=({]")
 
@@ -200,6 +203,11 @@ def lint(nb, name):
         if not setup_cells and directives:
             problems.append(f"{where}: '{directives[0].strip()}' after the first cell with code "
                             "(rule 1: pragmas and includes go in the first cells)")
+        for line in directives:
+            m = ABSOLUTE_PATH_PRAGMA.match(line.strip())
+            if m:
+                problems.append(f"{where}: '{line.strip()}' (rule 1: no absolute paths; the include "
+                                "directories the library was built with come from .lib/include_paths.hpp)")
         if not lines[0].startswith("namespace"):
             for line in lines:
                 m = TOP_LEVEL_CONST.match(line)
@@ -299,21 +307,41 @@ def failing_cell_report(run):
     return report
 
 
-def stage(work_dir, lib):
-    """A folder laid out like the repository, whose notebooks/.lib/libmpt.so is `lib`.
+def lib_links(lib):
+    """notebooks/.lib/ entry -> file of the build: the library and its include paths.
 
-    The notebooks load `.lib/libmpt.so` and include `../src` relative to
-    their own folder; running them from this copy of that layout tests the
-    library of this build directory whatever notebooks/.lib points at.
+    notebooks/CMakeLists.txt writes include_paths.hpp (Cling pragmas naming
+    the include directories the library was built with) beside libmpt.so.
+    """
+    lib = os.path.abspath(lib)
+    return {"libmpt.so": lib,
+            "include_paths.hpp": os.path.join(os.path.dirname(lib), "include_paths.hpp")}
+
+
+def replace_link(link, target):
+    if os.path.islink(link) or os.path.exists(link):
+        os.remove(link)
+    os.symlink(target, link)
+
+
+def stage(work_dir, lib):
+    """A folder laid out like the repository, whose notebooks/.lib/ links to `lib`'s build.
+
+    The notebooks load `.lib/libmpt.so`, include `.lib/include_paths.hpp`
+    and add chapter folders (`../chapters/...`) to the include path,
+    relative to their own folder; running them from this copy of that
+    layout tests the library of this build directory whatever notebooks/.lib
+    points at.
     """
     root = os.path.join(work_dir, "stage")
     nb_dir = os.path.join(root, "notebooks")
     os.makedirs(os.path.join(nb_dir, ".lib"), exist_ok=True)
-    for link, target in ((os.path.join(root, "src"), os.path.join(REPO, "src")),
-                         (os.path.join(nb_dir, ".lib", "libmpt.so"), os.path.abspath(lib))):
-        if os.path.islink(link) or os.path.exists(link):
-            os.remove(link)
-        os.symlink(target, link)
+    for name in ("chapters",):
+        replace_link(os.path.join(root, name), os.path.join(REPO, name))
+    for name, target in lib_links(lib).items():
+        if not os.path.exists(target):
+            fail(f"{target} does not exist; build the target mpt_notebook first")
+        replace_link(os.path.join(nb_dir, ".lib", name), target)
     return nb_dir
 
 
@@ -392,11 +420,9 @@ def lab(args, venv):
         say("installing JupyterLab into the notebook virtualenv (once)")
         subprocess.run([venv_python(venv), "-m", "pip", "install", "--no-input", "jupyterlab"],
                        check=True)
-    link = os.path.join(NOTEBOOK_DIR, ".lib", "libmpt.so")
-    os.makedirs(os.path.dirname(link), exist_ok=True)
-    if os.path.islink(link) or os.path.exists(link):
-        os.remove(link)
-    os.symlink(os.path.abspath(args.lib), link)
+    os.makedirs(os.path.join(NOTEBOOK_DIR, ".lib"), exist_ok=True)
+    for name, target in lib_links(args.lib).items():
+        replace_link(os.path.join(NOTEBOOK_DIR, ".lib", name), target)
     argv = ["jupyter-lab", "--notebook-dir", NOTEBOOK_DIR]
     if os.geteuid() == 0:  # Jupyter refuses root unless told; containers often are root
         argv.append("--allow-root")
