@@ -1,6 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights: what the chapter's
-// programs share (the pitfalls, pitfalls/*.cpp, and numbers.cpp; nothing
-// outside this folder).
+// programs share (the pitfalls, pitfalls/*.cpp, numbers.cpp, and the Chapter 2
+// notebook, which includes it through a Cling include path to this folder).
 // Depends on: the Chapter 2 training stack (mpt/data.hpp, layers.hpp, mlp.hpp,
 // optim.hpp).
 //
