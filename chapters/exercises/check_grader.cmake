@@ -8,6 +8,10 @@
 # for every exercise; partial: more than 0 and less than full for every
 # exercise. A crash, a missing executable or a missing "total:" line fails
 # the check whatever was expected: only a printed score counts.
+# NOT_IMPLEMENTED (with none, for the stubs): every write exercise shows its
+# stub's "exercise N.M not implemented"; a diagnose exercise (its title
+# starts "diagnose: ") ships a broken body that runs, so it must score 0
+# without that message: the shipped bug fails every one of its test cases.
 foreach(v GRADER EXPECT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_grader.cmake: -D${v}=... is required")
@@ -54,7 +58,11 @@ foreach(line IN LISTS lines)
   elseif(EXPECT STREQUAL "partial" AND (got EQUAL 0 OR NOT got LESS max))
     list(APPEND problems "exercise ${id}: ${got}/${max}, expected some points but not all")
   endif()
-  if(NOT_IMPLEMENTED AND NOT line MATCHES "exercise ${id} not implemented")
+  if(NOT_IMPLEMENTED AND line MATCHES "exercise ${id} \\(diagnose: ")
+    if(line MATCHES "not implemented")
+      list(APPEND problems "exercise ${id} is a diagnose exercise: its shipped body must run, not throw")
+    endif()
+  elseif(NOT_IMPLEMENTED AND NOT line MATCHES "exercise ${id} not implemented")
     list(APPEND problems "exercise ${id}: the stub's message 'exercise ${id} not implemented' is missing")
   endif()
 endforeach()

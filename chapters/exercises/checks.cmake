@@ -9,10 +9,12 @@
 #     ONE 2.2                          an id to grade alone
 #     [HIDDEN_EXAMPLE file.cpp HIDDEN_REGEX regex])
 #
-# The chapter folder must hold exNN.hpp, student/exNN.cpp (the stubs),
+# The chapter folder must hold exNN.hpp, student/exNN.cpp (the stubs and
+# the diagnose exercises' broken bodies),
 # solution/exNN.cpp, near-misses/exNN.cpp, trivial/*.cpp and grader/. Every
 # test is labelled "chNN;exercise":
-#   exercise_chNN_stubs_score_zero        0 points everywhere, each "not implemented"
+#   exercise_chNN_stubs_score_zero        0 points everywhere, each write exercise "not
+#                                         implemented", each diagnose exercise's shipped bug run
 #   exercise_chNN_solution_full_marks     full points, exit 0
 #   exercise_chNN_trivial_<name>_fails    below full points in every exercise
 #   exercise_chNN_near_misses_partial     some points but not all, in every exercise

@@ -14,16 +14,28 @@ namespace mpt::exercise_kit {
 
 // ---- the exercise list ------------------------------------------------------
 // A test case belongs to an exercise through its doctest test suite,
-// "exercise-" + id; each test case that passes is one point. A chapter's
-// grader/grader.hpp defines the list as mpt::exercise_kit::kChapter:
+// "exercise-" + id; each test case that passes scores its points: the
+// exercise's points per test case, or the number a test case's name ends
+// with, "... [1 point]" or "... [4 points]" (a detail worth less, say). A
+// chapter's grader/grader.hpp defines the list as mpt::exercise_kit::kChapter:
 //
-//   inline constexpr Exercise kExercises[] = {{"2.1", "..."}, {"2.2", "..."}};
+//   inline constexpr Exercise kExercises[] = {{"2.1", "...", Kind::write, 2},
+//                                             {"2.4", "...", Kind::diagnose, 3}};
 //   inline constexpr Chapter kChapter{2, kExercises, std::size(kExercises)};
 
-/// One exercise: its id and a title for the score table.
+/// What the student does in an exercise.
+enum class Kind {
+  write,     ///< write the body of a function; the stub throws "exercise N.M not implemented"
+  diagnose,  ///< a broken body is given (it compiles and runs); find the bug and fix it
+};
+
+/// One exercise: its id, a title for the score table, its kind and the
+/// points each of its test cases is worth.
 struct Exercise {
-  const char* id;     ///< "1.2": what --exercise takes
-  const char* title;  ///< one line for the score table
+  const char* id;           ///< "1.2": what --exercise takes
+  const char* title;        ///< one line for the score table
+  Kind kind = Kind::write;  ///< a diagnose exercise's title is printed after "diagnose: "
+  int points = 1;           ///< per test case passed, unless its name says "[N points]"
 };
 
 /// The chapter a grader grades, and its exercises in order.

@@ -1,6 +1,7 @@
 // All chapters — the exercise kit: the grader's main(): runs the doctest test
-// cases, scores one point per test case passed, prints points per exercise
-// and a total, and lets a student run one exercise (--exercise N.M).
+// cases, scores the points of every test case passed (its exercise's points
+// per test case, or the "[N points]" its name ends with), prints points per
+// exercise and a total, and lets a student run one exercise (--exercise N.M).
 // Depends on: doctest, grader_kit.hpp, and the chapter's grader/grader.hpp,
 // which defines the exercise list mpt::exercise_kit::kChapter.
 // Shipped in every handout as grader/grader_main.cpp.
@@ -36,7 +37,8 @@ std::string grader_name() {
 constexpr const char* kSuitePrefix = "exercise-";
 
 struct CaseResult {
-  std::string name;
+  std::string name;  // without its "[N points]"
+  int points;        // what it is worth
   bool passed;
 };
 
@@ -63,10 +65,37 @@ std::string exercise_id(const std::string& suite) {
   return suite.compare(0, k, kSuitePrefix) == 0 ? suite.substr(k) : suite;
 }
 
-const char* exercise_title(const std::string& id) {
+const Exercise* find_exercise(const std::string& id) {
   for (const auto& e : kExercises)
-    if (id == e.id) return e.title;
-  return "not an exercise of this chapter";
+    if (id == e.id) return &e;
+  return nullptr;
+}
+
+// "the loss scale's update rule", or "diagnose: ..." for a diagnose exercise.
+std::string exercise_title(const std::string& id) {
+  const Exercise* e = find_exercise(id);
+  if (e == nullptr) return "not an exercise of this chapter";
+  return std::string(e->kind == mpt::exercise_kit::Kind::diagnose ? "diagnose: " : "") + e->title;
+}
+
+// What a test case of `suite` is worth: the number in a trailing "[N point]"
+// or "[N points]" of its name (which is then taken off the name), else its
+// exercise's points per test case, else 1 (a test case outside any exercise).
+int case_points(const std::string& suite, std::string& name) {
+  const std::size_t open = name.rfind(" [");
+  if (open != std::string::npos && name.back() == ']') {
+    const std::string inside = name.substr(open + 2, name.size() - open - 3);
+    const std::size_t space = inside.find(' ');
+    const std::string unit = space == std::string::npos ? "" : inside.substr(space + 1);
+    const std::string digits = inside.substr(0, space);
+    if ((unit == "point" || unit == "points") && !digits.empty() && digits.size() <= 3 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      name.erase(open);
+      return std::stoi(digits);
+    }
+  }
+  const Exercise* e = find_exercise(exercise_id(suite));
+  return e != nullptr && exercise_id(suite) != suite ? e->points : 1;
 }
 
 // A doctest listener: it sees every test case start and end next to the
@@ -94,7 +123,9 @@ struct PointsListener : doctest::IReporter {
   }
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_end(const doctest::CurrentTestCaseStats& st) override {
-    scores().by_suite[scores().current_suite].cases.push_back({scores().current_case, st.testCaseSuccess});
+    std::string name = scores().current_case;
+    const int points = case_points(scores().current_suite, name);
+    scores().by_suite[scores().current_suite].cases.push_back({name, points, st.testCaseSuccess});
   }
   void test_case_exception(const doctest::TestCaseException& e) override {
     if (e.is_crash) scores().crashed = true;
@@ -115,21 +146,27 @@ REGISTER_LISTENER("points", 1, PointsListener);
 bool print_scores() {
   int total = 0;
   int total_max = 0;
-  std::printf("\n==== grade: chapter %d exercises (1 point per test case passed) ====\n", kChapter.number);
+  std::printf("\n==== grade: chapter %d exercises (each test case passed scores the points beside it) ====\n",
+              kChapter.number);
   for (const auto& [suite, s] : scores().by_suite) {
     const std::string id = exercise_id(suite);
     int points = 0;
-    for (const auto& c : s.cases) points += c.passed ? 1 : 0;
-    const int max = static_cast<int>(s.cases.size());
+    int max = 0;
+    for (const auto& c : s.cases) {
+      points += c.passed ? c.points : 0;
+      max += c.points;
+    }
     if (id == suite) {  // a test case outside the exercise-N.M suites (a hidden test's slip)
       std::printf("tests outside any exercise suite (%s): %d/%d points",
                   suite.empty() ? "no suite" : suite.c_str(), points, max);
     } else {
-      std::printf("exercise %s (%s): %d/%d points", id.c_str(), exercise_title(id), points, max);
+      std::printf("exercise %s (%s): %d/%d points", id.c_str(), exercise_title(id).c_str(), points, max);
     }
     if (!s.not_implemented.empty()) std::printf("  [%s]", s.not_implemented.c_str());
     std::printf("\n");
-    for (const auto& c : s.cases) std::printf("  %s  %s\n", c.passed ? "pass" : "FAIL", c.name.c_str());
+    for (const auto& c : s.cases)
+      std::printf("  %s  %s  (%d point%s)\n", c.passed ? "pass" : "FAIL", c.name.c_str(), c.points,
+                  c.points == 1 ? "" : "s");
     total += points;
     total_max += max;
   }
