@@ -10,7 +10,8 @@
 #include "mpt/formats/format.hpp"
 
 /// Chapter 1 exercises: fp16 by hand, the smallest update that moves an
-/// fp16 weight, and how much of a tensor a format flushes to zero.
+/// fp16 weight, how much of a tensor a format flushes to zero, and a
+/// broken mean of squares to diagnose and fix.
 namespace mpt::ex01 {
 
 /// Exercise 1.1 — fp32 to fp16 by bit manipulation.
@@ -81,5 +82,24 @@ float smallest_effective_update(float w);
 /// round the values with mpt::round_value, mpt::round_array, mpt::classify
 /// or mpt::range_report: the grader uses those as its reference.
 double flushed_fraction(const float* x, std::size_t n, const mpt::Format& f);
+
+/// Exercise 1.4 — DIAGNOSE: the mean square of fp16 activations.
+///
+/// Not written from scratch: ex01.cpp comes with a body for this function
+/// that compiles, runs, gives sensible numbers for some layers and has one
+/// real mixed-precision bug. Find it and fix it, changing as little as you
+/// can (README.md lists the symptoms the grader reports).
+///
+/// Precondition: x[0], ..., x[n-1] are fp16 values held in floats (the
+/// activations of an fp16 layer, as a normalisation layer reads them);
+/// n == 0 is allowed, then x may be nullptr.
+///
+/// Returns the mean of their squares, (x[0]^2 + ... + x[n-1]^2) / n, the
+/// statistic RMSNorm and LayerNorm compute, computed as a GPU kernel does
+/// with fp16 inputs: the arithmetic is FP32, each square a float product,
+/// the squares added one by one, in index order, into a float accumulator,
+/// and the sum divided by float(n); 0 when n == 0. The result is that
+/// float, bit for bit.
+float mean_square(const float* x, std::size_t n);
 
 }  // namespace mpt::ex01

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "ex01.hpp"
 #include "grader_kit.hpp"
@@ -24,15 +25,19 @@ namespace mpt::ex01::grading {
 
 // ---- the exercises --------------------------------------------------------
 // A test case belongs to an exercise through its doctest test suite,
-// "exercise-" + id; each test case that passes is one point. The kit's
+// "exercise-" + id; each test case that passes scores its exercise's points
+// per test case (the last number below): 2 for a behaviour to write, 3 for
+// one of the diagnose exercise, whose bug is the chapter's lesson. The kit's
 // grader main (grader_main.cpp) reads this list as exercise_kit::kChapter.
 
 using exercise_kit::Exercise;
+using exercise_kit::Kind;
 
 inline constexpr Exercise kExercises[] = {
-    {"1.1", "fp32 -> fp16 bits, round to nearest even"},
-    {"1.2", "smallest update that changes an fp16 weight"},
-    {"1.3", "fraction of a tensor flushed to zero"},
+    {"1.1", "fp32 -> fp16 bits, round to nearest even", Kind::write, 2},
+    {"1.2", "smallest update that changes an fp16 weight", Kind::write, 2},
+    {"1.3", "fraction of a tensor flushed to zero", Kind::write, 2},
+    {"1.4", "the mean square of fp16 activations", Kind::diagnose, 3},
 };
 
 // ---- bits and printing ----------------------------------------------------
@@ -117,6 +122,16 @@ inline std::size_t reference_flushed_count(const float* x, std::size_t n, const 
     if (mpt::classify(x[i], f.spec) == mpt::RangeClass::flushed_to_zero) ++count;
   return count;
 }
+
+/// Exercise 1.4's answer: FP32 arithmetic on the fp16 inputs, in index order.
+inline float reference_mean_square(const std::vector<float>& x) {
+  float acc = 0.0f;
+  for (float v : x) acc = acc + v * v;
+  return x.empty() ? 0.0f : acc / static_cast<float>(x.size());
+}
+
+/// An fp16 value near `x` (round to nearest even), as an fp16 tensor holds it.
+inline float to_fp16(float x) { return mpt::round_value(x, fp16_format()); }
 
 }  // namespace mpt::ex01::grading
 

@@ -1,7 +1,8 @@
 // Chapter 01 exercises — grader tests for exercise 1.1 (fp32 -> fp16 bits).
 // Depends on: grader.hpp (mpt's rounding and encoder are the reference).
-// Four test cases, one point each: exact values, the neighbourhood of every
-// fp16 value, the edges of the range and NaN, and a million random floats.
+// Four test cases, two points each (the exercise's points per test case):
+// exact values, the neighbourhood of every fp16 value, the edges of the
+// range and NaN, and a million random floats.
 #include <cfloat>
 #include <cstdint>
 #include <limits>

@@ -1,7 +1,7 @@
 // Chapter 01 exercises — grader tests for exercise 1.2 (the smallest update
 // that changes an fp16 weight). Depends on: grader.hpp, whose reference
 // answer comes from a search with mpt's fp16 rounding, not from a formula.
-// Three test cases, one point each: named weights, every w >= 0, every w <= 0.
+// Three test cases, two points each: named weights, every w >= 0, every w <= 0.
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,6 @@
 // Chapter 01 exercises — grader tests for exercise 1.3 (the fraction of a
 // tensor flushed to zero). Depends on: grader.hpp; mpt::classify is the
-// reference. Three test cases, one point each: hand-worked fp16 tensors,
+// reference. Three test cases, two points each: hand-worked fp16 tensors,
 // every stock format at its own threshold, large random tensors.
 #include <cfloat>
 #include <cmath>

@@ -11,7 +11,9 @@
 using namespace mpt::ex01;
 using namespace mpt::ex01::grading;
 
-// A test case counts for the exercise whose suite it is in: one point each.
+// A test case counts for the exercise whose suite it is in, with that
+// exercise's points per test case (two for 1.2 and 1.3), unless its name
+// ends with its own, "[N points]".
 TEST_SUITE("exercise-1.2") {
   TEST_CASE("hidden: 1.2 learning-rate-sized updates on weights near 2048") {
     // The spacing doubles at 2048; check the weights on both sides.

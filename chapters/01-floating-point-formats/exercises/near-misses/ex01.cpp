@@ -1,10 +1,13 @@
 // Chapter 01 exercises — plausible wrong answers, one classic mistake per
-// exercise. Depends on: ex01.hpp. CI requires some points but not full
+// exercise. Depends on: ex01.hpp, mpt/formats/rounding.hpp (the half fix of
+// 1.4 still rounds to fp16). CI requires some points but not full
 // marks on every exercise: proof that the tests separate close from right.
 #include "ex01.hpp"
 
 #include <cmath>
 #include <cstring>
+
+#include "mpt/formats/rounding.hpp"
 
 namespace mpt::ex01 {
 
@@ -52,6 +55,16 @@ double flushed_fraction(const float* x, std::size_t n, const mpt::Format& f) {
     if (m > 0.0 && m < threshold) ++count;
   }
   return n ? static_cast<double>(count) / static_cast<double>(n) : 0.0;
+}
+
+// Mistake: half a fix. The accumulator is FP32 now, so the sum no longer
+// stalls, but each square is still rounded to fp16: large activations still
+// overflow, tiny ones still flush, and the other squares lose their low bits.
+float mean_square(const float* x, std::size_t n) {
+  const mpt::Format& fp16 = mpt::format_named("fp16");
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += mpt::round_value(x[i] * x[i], fp16);
+  return n > 0 ? sum / static_cast<float>(n) : 0.0f;
 }
 
 }  // namespace mpt::ex01

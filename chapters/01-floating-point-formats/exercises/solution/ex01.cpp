@@ -109,4 +109,19 @@ double flushed_fraction(const float* x, std::size_t n, const mpt::Format& f) {
   return static_cast<double>(flushed) / static_cast<double>(n);
 }
 
+// The fix of 1.4: the given body rounded every square and every partial sum
+// to fp16. The inputs are fp16, but the arithmetic must not be: a square of
+// an activation above 255.98 is beyond fp16's 65504 (inf), one below 2^-12.5
+// lands in fp16's subnormals or flushes to 0, and an fp16 running sum stops
+// growing once half its spacing exceeds the squares still to come (at 2048
+// the spacing is 2). In FP32 all of them fit.
+float mean_square(const float* x, std::size_t n) {
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float square = x[i] * x[i];  // FP32 product: exact for fp16 inputs (22 significant bits)
+    sum += square;                     // FP32 accumulator, in index order
+  }
+  return n > 0 ? sum / static_cast<float>(n) : 0.0f;
+}
+
 }  // namespace mpt::ex01

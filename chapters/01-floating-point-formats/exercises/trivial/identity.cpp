@@ -22,4 +22,6 @@ double flushed_fraction(const float* x, std::size_t n, const mpt::Format&) {
   return n > 0 ? static_cast<double>(x[0]) : 0.0;
 }
 
+float mean_square(const float* x, std::size_t n) { return n > 0 ? x[0] : 0.0f; }
+
 }  // namespace mpt::ex01

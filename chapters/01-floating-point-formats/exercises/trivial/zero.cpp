@@ -12,4 +12,6 @@ float smallest_effective_update(float) { return 0.0f; }
 
 double flushed_fraction(const float*, std::size_t, const mpt::Format&) { return 0.0; }
 
+float mean_square(const float*, std::size_t) { return 0.0f; }
+
 }  // namespace mpt::ex01
