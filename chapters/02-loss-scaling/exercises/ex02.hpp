@@ -1,6 +1,8 @@
 // Chapter 02 exercises — the adapter header: the student's specification.
-// Depends on: the C++17 standard library only (the grader compares with
-// mpt's GradScaler arithmetic, src/mpt/scaler_math.hpp and unscale.hpp).
+// Depends on: the C++17 standard library for 2.1 to 2.3 (the grader compares
+// with mpt's GradScaler arithmetic, src/mpt/amp/scaler_math.hpp and
+// unscale.hpp); mpt's training stack for 2.4 (mpt/amp/grad_scaler.hpp,
+// mpt/nn/data.hpp, mpt/nn/mlp.hpp, mpt/optim/optimizer.hpp).
 // The grader includes this file and calls exactly these functions; the
 // student writes them in ex02.cpp. Changing a signature breaks the grader.
 #pragma once
@@ -9,9 +11,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/optim/optimizer.hpp"
+
 /// Chapter 2 exercises: the dynamic loss scale's update rule, the fused
-/// unscale-and-check over a gradient buffer, and gradient clipping done
-/// right under loss scaling (unscale first).
+/// unscale-and-check over a gradient buffer, gradient clipping done right
+/// under loss scaling (unscale first), and a broken gradient-accumulation
+/// step to diagnose and fix.
 namespace mpt::ex02 {
 
 /// Exercise 2.1 — the scale update rule of torch.amp.GradScaler.update().
@@ -109,5 +117,41 @@ struct ClipResult {
 /// Preconditions: max_norm > 0 and finite; inv_scale > 0 and finite. You
 /// may call your 2.2.
 ClipResult unscale_and_clip(const std::vector<GradTensor>& grads, float inv_scale, double max_norm);
+
+/// What exercise 2.4 reports.
+struct AccumulationResult {
+  float loss = 0.0f;     ///< the mean of the micro-batches' (unscaled) MSE losses
+  bool stepped = false;  ///< the optimizer stepped (false: the GradScaler skipped the step)
+};
+
+/// Exercise 2.4 — DIAGNOSE: one training iteration with gradient
+/// accumulation under dynamic loss scaling.
+///
+/// Not written from scratch: ex02.cpp comes with a body for this function
+/// that compiles, runs, trains after a fashion and has one real
+/// mixed-precision bug. Find it and fix it, changing as little as you can
+/// (README.md lists the symptoms the grader reports).
+///
+/// `micro_batches` (at least two, of equal size) together are one
+/// effective batch of an MSE regression; `net` may be fp16, bf16 or FP32,
+/// `opt` updates its parameters, `scaler` is the run's GradScaler. One call
+/// is one iteration, with the result of one iteration on the effective
+/// batch:
+///
+///  - every micro-batch is run forward and backward from S * loss / K (S the
+///    scale, K the number of micro-batches), so that the FP32 gradients hold
+///    S times the gradient of the effective batch's mean loss once the last
+///    micro-batch is in;
+///  - then one optimizer step on that gradient, through the scaler (it
+///    unscales, and skips the step if any gradient is inf or NaN), one
+///    scaler.update() (the scale moves at most once per iteration), and the
+///    model copies refreshed from the master weights;
+///  - returns the mean of the micro-batches' losses and whether the step ran.
+///
+/// The given body's arithmetic (the losses, the dloss S / K) is right;
+/// compare its calls and their order with this list. Use the GradScaler as
+/// the body does (scale, step, update); do not write your own.
+AccumulationResult accumulate_and_step(mpt::Mlp& net, mpt::Optimizer& opt, mpt::GradScaler& scaler,
+                                       const std::vector<mpt::Dataset>& micro_batches);
 
 }  // namespace mpt::ex02

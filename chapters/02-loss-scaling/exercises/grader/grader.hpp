@@ -1,7 +1,9 @@
 // Chapter 02 exercises — what every grader test file shares, instructors'
 // hidden tests included: the exercise list, the reference answers (mpt's
-// GradScaler arithmetic is the oracle) and the kit's helpers.
-// Depends on: doctest, grader_kit.hpp, ex02.hpp, mpt (scaler_math, unscale).
+// GradScaler arithmetic is the oracle; for 2.4, one iteration on the whole
+// effective batch) and the kit's helpers.
+// Depends on: doctest, grader_kit.hpp, ex02.hpp, mpt (scaler_math, unscale,
+// grad_scaler, losses, mlp, sgd).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -10,27 +12,38 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "ex02.hpp"
 #include "grader_kit.hpp"
+#include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
 #include "mpt/amp/unscale.hpp"
+#include "mpt/nn/losses.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/optim/sgd.hpp"
 
 namespace mpt::ex02::grading {
 
 // ---- the exercises --------------------------------------------------------
 // A test case belongs to an exercise through its doctest test suite,
-// "exercise-" + id; each test case that passes is one point. The kit's
-// grader main (grader_main.cpp) reads this list as exercise_kit::kChapter.
+// "exercise-" + id; each test case that passes scores its exercise's points
+// per test case (the last number below): 2 for a behaviour to write, 3 for
+// one of the diagnose exercise, and 1 for the few test cases whose name
+// ends "[1 point]", details that are trivia next to the rest (a signalling
+// NaN's bits, products in double). The kit's grader main (grader_main.cpp)
+// reads this list as exercise_kit::kChapter.
 
 using exercise_kit::Exercise;
+using exercise_kit::Kind;
 
 inline constexpr Exercise kExercises[] = {
-    {"2.1", "the loss scale's update rule"},
-    {"2.2", "fused unscale-and-check over a gradient buffer"},
-    {"2.3", "gradient clipping under loss scaling: unscale first"},
+    {"2.1", "the loss scale's update rule", Kind::write, 2},
+    {"2.2", "fused unscale-and-check over a gradient buffer", Kind::write, 2},
+    {"2.3", "gradient clipping under loss scaling: unscale first", Kind::write, 2},
+    {"2.4", "gradient accumulation under a GradScaler", Kind::diagnose, 3},
 };
 
 using exercise_kit::bits_of;
@@ -124,6 +137,120 @@ inline ClipResult student_unscale_and_clip(std::vector<std::vector<float>>& tens
   std::vector<GradTensor> list;
   for (auto& t : tensors) list.push_back({t.empty() ? nullptr : t.data(), t.size()});
   return unscale_and_clip(list, inv_scale, max_norm);
+}
+
+// ---- gradient accumulation (exercise 2.4) ----------------------------------------
+
+/// Counts the steps of the optimizer it wraps (the GradScaler calls step()
+/// through it; the parameters are the wrapped optimizer's).
+class CountingOptimizer : public mpt::Optimizer {
+ public:
+  explicit CountingOptimizer(mpt::Optimizer& inner) : Optimizer(inner.params()), inner_(&inner) {}
+  void step() override {
+    ++steps;
+    inner_->step();
+  }
+  int steps = 0;  ///< step() calls so far
+
+ private:
+  mpt::Optimizer* inner_;
+};
+
+/// The regression network of the 2.4 tests: 8 -> 16 -> 16 -> 4, ReLU, in `dtype`.
+inline mpt::Mlp accumulation_net(mpt::DType dtype, std::uint64_t seed) {
+  mpt::MlpConfig c;
+  c.sizes = {8, 16, 16, 4};
+  c.dtype = dtype;
+  c.seed = seed;
+  return mpt::Mlp(c);
+}
+
+/// `k` micro-batches of `rows` samples: inputs in [-1, 1), targets a fixed
+/// smooth function of them (times `target_scale` for micro-batch
+/// `scaled_batch`, if any: huge targets give gradients that overflow fp16).
+inline std::vector<mpt::Dataset> micro_batches(std::uint32_t seed, int k, Eigen::Index rows,
+                                               int scaled_batch = -1, float target_scale = 1.0f) {
+  std::mt19937 rng(seed);
+  auto uniform = [&rng] { return static_cast<float>(rng() >> 8) * 0x1p-23f - 1.0f; };
+  std::vector<mpt::Dataset> out;
+  for (int b = 0; b < k; ++b) {
+    mpt::Dataset d;
+    d.name = "micro-batch " + std::to_string(b);
+    d.x.resize(rows, 8);
+    d.targets.resize(rows, 4);
+    for (Eigen::Index i = 0; i < rows; ++i) {
+      for (Eigen::Index j = 0; j < 8; ++j) d.x(i, j) = uniform();
+      for (Eigen::Index j = 0; j < 4; ++j)
+        d.targets(i, j) = 0.5f * d.x(i, 2 * j) - 0.25f * d.x(i, 2 * j + 1) * d.x(i, (j + 3) % 8);
+    }
+    if (b == scaled_batch) d.targets *= target_scale;
+    out.push_back(d);
+  }
+  return out;
+}
+
+/// The micro-batches as one batch, rows in order.
+inline mpt::Dataset whole_batch(const std::vector<mpt::Dataset>& parts) {
+  mpt::Dataset all;
+  Eigen::Index rows = 0;
+  for (const mpt::Dataset& p : parts) rows += p.size();
+  all.x.resize(rows, parts.front().x.cols());
+  all.targets.resize(rows, parts.front().targets.cols());
+  Eigen::Index at = 0;
+  for (const mpt::Dataset& p : parts) {
+    all.x.middleRows(at, p.size()) = p.x;
+    all.targets.middleRows(at, p.size()) = p.targets;
+    at += p.size();
+  }
+  return all;
+}
+
+/// Exercise 2.4's reference: the same iteration on the whole effective batch
+/// in one forward and backward pass (its mean loss is the mean of the
+/// equal-sized micro-batches' losses), then the scaler's step and update and
+/// the refresh of the model copies. Accumulating must give the same result
+/// up to the rounding of sums taken in another order.
+inline AccumulationResult reference_iteration(mpt::Mlp& net, mpt::Optimizer& opt, mpt::GradScaler& scaler,
+                                              const std::vector<mpt::Dataset>& parts) {
+  const mpt::Dataset all = whole_batch(parts);
+  opt.zero_grad();
+  const mpt::Tensor& out = net.forward(all.x);
+  AccumulationResult r;
+  r.loss = mpt::mse_loss(out, all.targets);
+  (void)scaler.scale(r.loss);
+  net.backward(mpt::mse_backward(out, all.targets, scaler.get_scale()));
+  r.stepped = scaler.step(opt);
+  scaler.update();
+  net.refresh_model_copies();
+  return r;
+}
+
+/// Every parameter's FP32 master weights, copied.
+inline std::vector<mpt::MatrixF> masters_of(mpt::Mlp& net) {
+  std::vector<mpt::MatrixF> w;
+  for (const mpt::Parameter* p : net.parameters()) w.push_back(p->master.f32());
+  return w;
+}
+
+/// ||(b - a) - (c - a)|| / ||c - a|| over all parameters: how far the
+/// change a -> b is from the change a -> c (in double).
+inline double change_error(const std::vector<mpt::MatrixF>& a, const std::vector<mpt::MatrixF>& b,
+                           const std::vector<mpt::MatrixF>& c) {
+  double diff = 0.0, ref = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (b[i].cast<double>() - c[i].cast<double>()).squaredNorm();
+    ref += (c[i].cast<double>() - a[i].cast<double>()).squaredNorm();
+  }
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
+/// True when every model copy is its master rounded to the copy's dtype.
+inline bool copies_refreshed(mpt::Mlp& net) {
+  for (const mpt::Parameter* p : net.parameters()) {
+    const mpt::MatrixF rounded = mpt::Tensor::from_matrix(p->master.f32(), p->model_dtype()).to_matrix();
+    if (!(p->weights().to_matrix().array() == rounded.array()).all()) return false;
+  }
+  return true;
 }
 
 }  // namespace mpt::ex02::grading

@@ -1,7 +1,8 @@
 // Chapter 02 exercises — grader tests for exercise 2.1 (the loss scale's
 // update rule). Depends on: grader.hpp; mpt::update_scale is the reference.
-// Six test cases, one point each: backoff, growth at the interval, no growth
-// to infinity, no floor, factors that are not floats, long seeded runs.
+// Six test cases, two points each but one: backoff, growth at the interval,
+// no growth to infinity, no floor, long seeded runs; factors that are not
+// floats is a detail, one point.
 #include <cfloat>
 #include <cstdint>
 #include <random>
@@ -132,7 +133,7 @@ TEST_SUITE("exercise-2.1") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.1 factors that are not floats: each product taken in double, rounded once") {
+  TEST_CASE("2.1 factors that are not floats: each product taken in double, rounded once [1 point]") {
     // float(scale * 0.3f) and float(double(scale) * 0.3) differ for some
     // scales; PyTorch's kernels compute the second.
     Mismatches m;

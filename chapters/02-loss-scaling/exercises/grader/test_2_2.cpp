@@ -1,8 +1,9 @@
 // Chapter 02 exercises — grader tests for exercise 2.2 (fused unscale and
 // check over one gradient buffer). Depends on: grader.hpp; mpt's
 // unscale_and_check (src/mpt/unscale.hpp) is the reference.
-// Six test cases, one point each: a buffer by hand, inf/NaN anywhere, judged
-// before the multiply, inv_scale == 1, short buffers, large random buffers.
+// Six test cases, two points each but one: a buffer by hand, inf/NaN
+// anywhere, judged before the multiply, short buffers, large random buffers;
+// inv_scale == 1 (a signalling NaN's bits) is a detail, one point.
 #include <cfloat>
 #include <cstdint>
 #include <limits>
@@ -96,7 +97,7 @@ TEST_SUITE("exercise-2.2") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.2 inv_scale == 1 leaves every bit as it was, signalling NaNs included") {
+  TEST_CASE("2.2 inv_scale == 1 leaves every bit as it was, signalling NaNs included [1 point]") {
     Mismatches m(20);
     const std::vector<float> finite = {1.0f, -0.0f, 0x1p-149f, -3.5f, FLT_MAX, 1e-40f};
     expect_unscale(m, finite, 1.0f, "inv_scale 1, finite gradients", true);

@@ -1,7 +1,7 @@
 // Chapter 02 exercises — grader tests for exercise 2.3 (gradient clipping
 // under loss scaling: unscale first). Depends on: grader.hpp, whose
 // reference unscales with mpt's multi-tensor unscale_and_check and clips
-// with PyTorch's coefficient. Six test cases, one point each.
+// with PyTorch's coefficient. Six test cases, two points each.
 #include <cmath>
 #include <cstdint>
 #include <limits>

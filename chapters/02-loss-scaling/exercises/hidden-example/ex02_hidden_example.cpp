@@ -10,7 +10,9 @@
 using namespace mpt::ex02;
 using namespace mpt::ex02::grading;
 
-// A test case counts for the exercise whose suite it is in: one point each.
+// A test case counts for the exercise whose suite it is in, with that
+// exercise's points per test case (two for 2.1), unless its name ends
+// with its own, "[N points]".
 TEST_SUITE("exercise-2.1") {
   TEST_CASE("hidden: 2.1 growth_factor 4 near the top: grows once, then stays") {
     ScalerConfig c;

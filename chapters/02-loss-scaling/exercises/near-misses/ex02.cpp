@@ -1,10 +1,13 @@
 // Chapter 02 exercises — plausible wrong answers, one classic mistake per
-// exercise. Depends on: ex02.hpp. CI requires some points but not full
-// marks on every exercise: proof that the tests separate close from right.
+// exercise. Depends on: ex02.hpp, mpt/nn/losses.hpp (2.4). CI requires some
+// points but not full marks on every exercise: proof that the tests
+// separate close from right.
 #include "ex02.hpp"
 
 #include <cmath>
 #include <limits>
+
+#include "mpt/nn/losses.hpp"
 
 namespace mpt::ex02 {
 
@@ -57,6 +60,28 @@ ClipResult unscale_and_clip(const std::vector<GradTensor>& grads, float inv_scal
       if (inv_scale != 1.0f) t.data[i] *= inv_scale;
     }
   return {false, norm * inv_scale, coef < 1.0};
+}
+
+// Mistake: a fix that moves step() and update() out of the loop, as it
+// should, and zero_grad() into it, "so each micro-batch starts clean". The
+// scaler now ends one iteration per call, but only the last micro-batch's
+// gradient is stepped on, and an overflow in an earlier one is zeroed away.
+AccumulationResult accumulate_and_step(mpt::Mlp& net, mpt::Optimizer& opt, mpt::GradScaler& scaler,
+                                       const std::vector<mpt::Dataset>& micro_batches) {
+  const float k = static_cast<float>(micro_batches.size());
+  AccumulationResult result;
+  for (const mpt::Dataset& b : micro_batches) {
+    opt.zero_grad();
+    const mpt::Tensor& out = net.forward(b.x);
+    const float loss = mpt::mse_loss(out, b.targets) / k;
+    result.loss += loss;
+    (void)scaler.scale(loss);
+    net.backward(mpt::mse_backward(out, b.targets, scaler.get_scale() / k));
+  }
+  result.stepped = scaler.step(opt);
+  scaler.update();
+  net.refresh_model_copies();
+  return result;
 }
 
 }  // namespace mpt::ex02

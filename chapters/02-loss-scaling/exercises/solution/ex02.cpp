@@ -1,12 +1,15 @@
 // Chapter 02 exercises — REFERENCE SOLUTION (MPT-REFERENCE-SOLUTION): never shipped to students.
-// Depends on: ex02.hpp only; written from the specification, not from mpt's
-// scaler code, so that grading it against mpt is a real check.
+// Depends on: ex02.hpp, and for 2.4 mpt/nn/losses.hpp; 2.1 to 2.3 are
+// written from the specification, not from mpt's scaler code, so that
+// grading them against mpt is a real check.
 // tools/make_handout.sh refuses to produce a handout that contains these lines.
 #include "ex02.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "mpt/nn/losses.hpp"
 
 namespace mpt::ex02 {
 
@@ -80,6 +83,36 @@ ClipResult unscale_and_clip(const std::vector<GradTensor>& grads, float inv_scal
   for (const GradTensor& t : grads)
     for (std::size_t i = 0; i < t.size; ++i) t.data[i] *= shrink;
   return {false, norm, true};
+}
+
+// The fix of 2.4: the given body called scaler.step() and scaler.update()
+// inside the micro-batch loop. Every micro-batch then stepped on a partial
+// gradient, K steps per iteration; step() unscaled .grad in place, so the
+// next micro-batch added S * its gradient onto gradients already divided by
+// S; an overflow in one micro-batch skipped only that micro-batch's step
+// (the others still moved the weights); and update() ran K times, so the
+// scale grew K times too fast and backed off more than once per iteration.
+// The loop must only accumulate; the step and the update close the
+// iteration, once each.
+AccumulationResult accumulate_and_step(mpt::Mlp& net, mpt::Optimizer& opt, mpt::GradScaler& scaler,
+                                       const std::vector<mpt::Dataset>& micro_batches) {
+  const float k = static_cast<float>(micro_batches.size());
+  AccumulationResult result;
+  opt.zero_grad();
+  for (const mpt::Dataset& b : micro_batches) {
+    const mpt::Tensor& out = net.forward(b.x);
+    const float loss = mpt::mse_loss(out, b.targets) / k;  // this micro-batch's share of the mean
+    result.loss += loss;
+    (void)scaler.scale(loss);
+    // Backward from S * loss: .grad += S * (this micro-batch's gradient) / K.
+    net.backward(mpt::mse_backward(out, b.targets, scaler.get_scale() / k));
+  }
+  // All K gradients are in, scaled by one S: one step (unscaled once,
+  // skipped if any micro-batch overflowed), one update of the scale.
+  result.stepped = scaler.step(opt);
+  scaler.update();
+  net.refresh_model_copies();  // the fp16 copies the next forward reads
+  return result;
 }
 
 }  // namespace mpt::ex02

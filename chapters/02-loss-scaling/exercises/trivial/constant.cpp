@@ -18,4 +18,9 @@ bool unscale_and_check(float*, std::size_t, float) { return true; }
 // "Clipped to norm 1".
 ClipResult unscale_and_clip(const std::vector<GradTensor>&, float, double) { return {false, 1.0, true}; }
 
+AccumulationResult accumulate_and_step(mpt::Mlp&, mpt::Optimizer&, mpt::GradScaler&,
+                                       const std::vector<mpt::Dataset>&) {
+  return {1.0f, true};
+}
+
 }  // namespace mpt::ex02
