@@ -15,11 +15,24 @@
 #     the top-level README.md -> the main page; a link to any other file of the
 #     tree (a script, a source file) keeps its text and loses the link, since
 #     the site does not carry those files.
-#   - a diagram marker, an HTML comment on a line of its own that a repository
-#     web page does not show,
+#   - a snippet block (chapters/generate_common.sh writes it from the source)
+#       <!-- snippet: FILE MARKER -->
+#       ```cpp ... ```
+#       <!-- end snippet -->
+#     stays as it is: the site shows the same fenced code as the repository
+#     web page and the handout, highlighted by Doxygen all the same. It is
+#     not turned back into \snippet: Doxygen 1.9 keeps the source's
+#     indentation in a \snippet (and has no {trimleft} yet), and the marker
+#     is already checked by generate.sh --check, the test the code is
+#     compared in.
+#   - a diagram block
 #       <!-- diagram: NAME.dot "caption" -->
-#     becomes \dotfile NAME.dot "caption"; Doxygen finds NAME.dot in docs/ (drawn
-#     by hand) or among the diagrams mpt_diagrams draws (DOTFILE_DIRS).
+#       ![caption](generated/NAME.svg)
+#       <!-- end diagram -->
+#     (or the marker alone) becomes \dotfile NAME.dot "caption", its other
+#     lines blank: Doxygen draws NAME.dot from docs/ (drawn by hand) or from
+#     the diagrams mpt_diagrams draws (DOTFILE_DIRS) in the site's style,
+#     without the Graphviz version stamp the chapter's copy carries.
 #   - headings lose their backticks (Doxygen 1.9 prints a code span in a
 #     heading as a literal <tt> tag).
 #   - a picture on a line of its own, ![caption](generated/NAME.svg), becomes
@@ -91,6 +104,17 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       print $0 " {#" id "}"
       next
     }
+    # the picture of a diagram block: Doxygen draws the \dotfile instead
+    after_diagram {
+      after_diagram = 0
+      if ($0 ~ /^!\[/) { print ""; blank_until = "<!-- end diagram -->"; next }
+    }
+    # the rest of a diagram block: blank (lines are never removed)
+    blank_until != "" {
+      if ($0 ~ ("^" blank_until "[ \t]*$")) blank_until = ""
+      print ""
+      next
+    }
     /^[ \t]*```/ { fenced = !fenced; print; next }
     fenced { print; next }
     # Doxygen 1.9 shows a `code span` in a heading as a literal <tt> tag:
@@ -101,6 +125,7 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       sub(/^<!-- diagram: /, "", line)
       sub(/ -->[ \t]*$/, "", line)
       print "\\dotfile " line
+      after_diagram = 1
       next
     }
     /^!\[[^]]*\]\(generated\/[^)\/]+\)[ \t]*$/ {
