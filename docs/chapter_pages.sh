@@ -38,6 +38,14 @@
 #   - a picture on a line of its own, ![caption](generated/NAME.svg), becomes
 #     \image html NAME.svg "caption"; the fresh generated/ files of every
 #     chapter are copied to PAGES_DIR/images, which is on IMAGE_PATH.
+#   - three quirks of Doxygen 1.9's Markdown in prose, which a repository web
+#     page renders right, are written around (on the page only):
+#       `L' = S·L`   a code span holding a quote reads as a `quote' and breaks
+#                    the paragraph: it becomes ``L' = S·L``;
+#       **`scale()`** bold that opens with a code span keeps its asterisks:
+#                    it becomes <b>`scale()`</b>;
+#       "see `f()`"  code spans inside double quotes stay literal: those
+#                    quotes become typographic ones, “see `f()`”.
 # Fenced code blocks (the demo output) are copied untouched.
 set -euo pipefail
 
@@ -99,6 +107,30 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       }
       return out line
     }
+    # the Doxygen 1.9 quirks of the header comment, on one line of prose
+    function quirks(line,    out, pre, span) {
+      out = ""
+      while (match(line, /`[^`]+`/)) {
+        pre = substr(line, 1, RSTART - 1)
+        span = substr(line, RSTART + 1, RLENGTH - 2)
+        if (index(span, "\047") > 0 && substr(pre, length(pre)) != "`") out = out pre "``" span "``"
+        else out = out pre "`" span "`"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      line = out line
+      out = ""
+      while (match(line, /\*\*`[^*]*\*\*/)) {
+        out = out substr(line, 1, RSTART - 1) "<b>" substr(line, RSTART + 2, RLENGTH - 4) "</b>"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      line = out line
+      out = ""
+      while (match(line, /"[^"]*`[^"]*"/)) {
+        out = out substr(line, 1, RSTART - 1) "“" substr(line, RSTART + 1, RLENGTH - 2) "”"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      return out line
+    }
     NR == 1 {
       if ($0 !~ /^# /) { print "chapter_pages.sh: " FILENAME ": the first line must be the chapter title (# ...)" > "/dev/stderr"; exit 1 }
       print $0 " {#" id "}"
@@ -135,7 +167,7 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       print "\\image html " file " \"" caption "\""
       next
     }
-    { print relink($0) }
+    { print quirks(relink($0)) }
   ' "$copy/README.md" >"$pages/ch$nn.md"
   found=$((found + 1))
 done
