@@ -15,16 +15,37 @@
 #     the top-level README.md -> the main page; a link to any other file of the
 #     tree (a script, a source file) keeps its text and loses the link, since
 #     the site does not carry those files.
-#   - a diagram marker, an HTML comment on a line of its own that a repository
-#     web page does not show,
+#   - a snippet block (chapters/generate_common.sh writes it from the source)
+#       <!-- snippet: FILE MARKER -->
+#       ```cpp ... ```
+#       <!-- end snippet -->
+#     stays as it is: the site shows the same fenced code as the repository
+#     web page and the handout, highlighted by Doxygen all the same. It is
+#     not turned back into \snippet: Doxygen 1.9 keeps the source's
+#     indentation in a \snippet (and has no {trimleft} yet), and the marker
+#     is already checked by generate.sh --check, the test the code is
+#     compared in.
+#   - a diagram block
 #       <!-- diagram: NAME.dot "caption" -->
-#     becomes \dotfile NAME.dot "caption"; Doxygen finds NAME.dot in docs/ (drawn
-#     by hand) or among the diagrams mpt_diagrams draws (DOTFILE_DIRS).
+#       ![caption](generated/NAME.svg)
+#       <!-- end diagram -->
+#     (or the marker alone) becomes \dotfile NAME.dot "caption", its other
+#     lines blank: Doxygen draws NAME.dot from docs/ (drawn by hand) or from
+#     the diagrams mpt_diagrams draws (DOTFILE_DIRS) in the site's style,
+#     without the Graphviz version stamp the chapter's copy carries.
 #   - headings lose their backticks (Doxygen 1.9 prints a code span in a
 #     heading as a literal <tt> tag).
 #   - a picture on a line of its own, ![caption](generated/NAME.svg), becomes
 #     \image html NAME.svg "caption"; the fresh generated/ files of every
 #     chapter are copied to PAGES_DIR/images, which is on IMAGE_PATH.
+#   - three quirks of Doxygen 1.9's Markdown in prose, which a repository web
+#     page renders right, are written around (on the page only):
+#       `L' = S·L`   a code span holding a quote reads as a `quote' and breaks
+#                    the paragraph: it becomes ``L' = S·L``;
+#       **`scale()`** bold that opens with a code span keeps its asterisks:
+#                    it becomes <b>`scale()`</b>;
+#       "see `f()`"  code spans inside double quotes stay literal: those
+#                    quotes become typographic ones, “see `f()`”.
 # Fenced code blocks (the demo output) are copied untouched.
 set -euo pipefail
 
@@ -86,9 +107,44 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       }
       return out line
     }
+    # the Doxygen 1.9 quirks of the header comment, on one line of prose
+    function quirks(line,    out, pre, span) {
+      out = ""
+      while (match(line, /`[^`]+`/)) {
+        pre = substr(line, 1, RSTART - 1)
+        span = substr(line, RSTART + 1, RLENGTH - 2)
+        if (index(span, "\047") > 0 && substr(pre, length(pre)) != "`") out = out pre "``" span "``"
+        else out = out pre "`" span "`"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      line = out line
+      out = ""
+      while (match(line, /\*\*`[^*]*\*\*/)) {
+        out = out substr(line, 1, RSTART - 1) "<b>" substr(line, RSTART + 2, RLENGTH - 4) "</b>"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      line = out line
+      out = ""
+      while (match(line, /"[^"]*`[^"]*"/)) {
+        out = out substr(line, 1, RSTART - 1) "“" substr(line, RSTART + 1, RLENGTH - 2) "”"
+        line = substr(line, RSTART + RLENGTH)
+      }
+      return out line
+    }
     NR == 1 {
       if ($0 !~ /^# /) { print "chapter_pages.sh: " FILENAME ": the first line must be the chapter title (# ...)" > "/dev/stderr"; exit 1 }
       print $0 " {#" id "}"
+      next
+    }
+    # the picture of a diagram block: Doxygen draws the \dotfile instead
+    after_diagram {
+      after_diagram = 0
+      if ($0 ~ /^!\[/) { print ""; blank_until = "<!-- end diagram -->"; next }
+    }
+    # the rest of a diagram block: blank (lines are never removed)
+    blank_until != "" {
+      if ($0 ~ ("^" blank_until "[ \t]*$")) blank_until = ""
+      print ""
       next
     }
     /^[ \t]*```/ { fenced = !fenced; print; next }
@@ -101,6 +157,7 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       sub(/^<!-- diagram: /, "", line)
       sub(/ -->[ \t]*$/, "", line)
       print "\\dotfile " line
+      after_diagram = 1
       next
     }
     /^!\[[^]]*\]\(generated\/[^)\/]+\)[ \t]*$/ {
@@ -110,7 +167,7 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       print "\\image html " file " \"" caption "\""
       next
     }
-    { print relink($0) }
+    { print quirks(relink($0)) }
   ' "$copy/README.md" >"$pages/ch$nn.md"
   found=$((found + 1))
 done

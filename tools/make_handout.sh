@@ -11,7 +11,8 @@
 #   --tar     also write OUT_DIR.tar.gz
 #
 # Only files named in the manifest are copied (the exercise kit that every
-# chapter's grader shares, chapters/exercises/, is listed there too). The result is then checked
+# chapter's grader shares, chapters/exercises/, is listed there too), and the
+# pictures (generated/NAME.svg) that a shipped copy of the chapter text shows. The result is then checked
 # for solution code: no shipped file may contain a line of the chapter's
 # exercises/solution/ sources (30 characters or longer, other than the
 # signatures the stubs repeat) or the marker MPT-REFERENCE-SOLUTION. If it does, the handout is deleted and the exit
@@ -99,6 +100,13 @@ while read -r src dest extra; do
     { printf '> A copy of `%s` from the mpt repository, for reading beside the\n' "$rel"
       printf '> exercises. Links to other files of the repository work only there.\n\n'
       cat "$ex/$src"; } > "$out/$dest"
+    # ... except its pictures, ![caption](generated/NAME.svg): they travel along.
+    src_dir=$(dirname "$ex/$src")
+    for pic in $(grep -o '](generated/[A-Za-z0-9_.-]*\.svg)' "$out/$dest" | sed 's/^](//; s/)$//' | sort -u); do
+      [[ -f $src_dir/$pic ]] || { echo "make_handout: $rel shows $pic, which does not exist" >&2; rm -rf "$out"; exit 1; }
+      mkdir -p "$(dirname "$out/$dest")/generated"
+      cp "$src_dir/$pic" "$(dirname "$out/$dest")/$pic"
+    done
   fi
 done < "$ex/handout.manifest"
 

@@ -2,8 +2,9 @@
 # Chapter 01 — regenerates the outputs the chapter text shows (generated/*.txt)
 # and splices each into README.md between its markers.
 # Depends on: a build of the project (BUILD_DIR/src/cli/mpt and
-# BUILD_DIR/chapters/ch01_numbers), ../generate_common.sh (the modes, the
-# splicing and the check, shared by every chapter), bash, awk, diff.
+# BUILD_DIR/chapters/ch01_numbers, BUILD_DIR/docs/mpt_diagrams), ../generate_common.sh
+# (the modes, the splicing and the check, shared by every chapter), bash, awk,
+# diff, Graphviz's dot (the layout diagram).
 #
 # usage: generate.sh BUILD_DIR           regenerate in place (then commit the result)
 #        generate.sh --check BUILD_DIR   regenerate into a scratch copy and fail if
@@ -19,12 +20,13 @@
 #                                        DIR to Doxygen)
 #
 # generated/bench.txt is the benchmark record: timings belong to the machine
-# that ran them, so only --bench rewrites it and --check leaves it alone.
+# that ran them, so only --bench rewrites it; --check reruns the benchmark
+# once, quickly, and compares only what does not depend on timing.
 set -euo pipefail
 
 chapter_id=01
 chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-required_programs=(src/cli/mpt chapters/ch01_numbers)
+required_programs=(src/cli/mpt chapters/ch01_numbers docs/mpt_diagrams)
 bench_records=(bench.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
@@ -56,20 +58,29 @@ generate_all() {
   gen_run claims "ch01_numbers claims" "$numbers" claims
 }
 
+# The rounding benchmark's record; --check reruns it with the minimal time
+# (same n, same rows) and compares what bench_deterministic keeps.
 run_benchmarks() {
-  local b="$build/tests/bench/bench_ch01_round"
-  if [[ ! -x "$b" ]]; then
-    echo "generate.sh: $b is missing; configure with -DMPT_BENCHMARKS=ON and build it" >&2
-    exit 2
-  fi
-  local cmd="bench_ch01_round --benchmark_min_time=0.5"
-  {
-    echo "\$ $cmd    # $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(date -u +%Y-%m-%d)"
-    # Google Benchmark's per-run lines go to stdout too; the summary table
-    # starts at the "n = " line.
-    "$b" --benchmark_min_time=0.5 2>/dev/null | sed -n '/^n = /,$p'
-  } >"$1/generated/bench.txt.new"
-  mv "$1/generated/bench.txt.new" "$1/generated/bench.txt"
+  gen_bench bench.txt tests/bench/bench_ch01_round '^n = ' --benchmark_min_time=0.5 \
+    -- --benchmark_min_time=0.001
+}
+
+# What of generated/bench.txt does not depend on timing: the element count,
+# the rows (format, mode, output) and their targets. The AVX2 path is left
+# out: it is a property of the machine, not of the code (every row is run on
+# either path).
+bench_deterministic() {
+  awk '
+    /^n = / { sub(/, AVX2 path.*$/, ""); print; next }
+    /^memcpy / { next }
+    /^format / { print; next }
+    NF >= 6 { print $1, $2, $3, $6 }
+  '
+}
+
+# The bit layouts of all formats, drawn from mpt::all_formats() (docs/diagrams.cpp).
+draw_diagrams() {
+  "$build/docs/mpt_diagrams" "$1"
 }
 
 generate_main "$@"

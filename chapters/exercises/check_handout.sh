@@ -49,6 +49,12 @@ for f in grader.cmake grader_kit.hpp grader_main.cpp; do
   cmp -s "$handout/grader/$f" "$kit/$f" || fail "grader/$f differs from chapters/exercises/$f"
 done
 grep -q '](CHAPTER.md)' "$handout/README.md" || fail "README.md does not link to CHAPTER.md"
+# The chapter text stands on its own: its code as code blocks, not Doxygen's
+# \snippet lines, and every picture it shows shipped beside it.
+if grep -n '^\\snippet ' "$handout/CHAPTER.md"; then fail "CHAPTER.md shows \\snippet lines instead of the code"; fi
+for pic in $(grep -o '](generated/[^)]*)' "$handout/CHAPTER.md" | sed 's/^](//; s/)$//'); do
+  [[ -f $handout/$pic ]] || fail "CHAPTER.md shows $pic, which the handout lacks"
+done
 forbidden=$(cd "$handout" && find . \( -ipath '*solution*' -o -ipath '*trivial*' -o -ipath '*near-miss*' \
                                        -o -ipath '*hidden*' -o -name 'INSTRUCTORS.md' -o -name '*.manifest' \
                                        -o -name 'check_*' \) -print)

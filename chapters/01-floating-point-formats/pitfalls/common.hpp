@@ -13,8 +13,8 @@
 // Arithmetic follows what a GPU does: every operation is an fp32 operation,
 // and a value is rounded to fp16/bf16 exactly where a GPU would store it in
 // that format (all rounding goes through mpt::round_value and round_array). The `//! [id-broken]` / `//!
-// [id-fixed]` markers in each pitfall's file delimit the code the chapter text shows through Doxygen
-// \snippet.
+// [id-fixed]` markers in each pitfall's file delimit the code the chapter text shows (its snippet
+// blocks, written by chapters/generate_common.sh).
 #pragma once
 
 #include <cmath>

@@ -18,7 +18,8 @@
 // same seed, batches and hyperparameters; a baseline is deterministic, so it
 // is trained once per process and shared by the broken and the fixed run.
 // The `//! [id-broken]` / `//! [id-fixed]` markers in each pitfall's file
-// delimit the code the chapter text shows through Doxygen \snippet.
+// delimit the code the chapter text shows (its snippet blocks, written by
+// chapters/generate_common.sh).
 #pragma once
 
 #include <functional>
