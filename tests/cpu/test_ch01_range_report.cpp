@@ -223,12 +223,29 @@ TEST_SUITE("ch01 range report") {
   }
 
   TEST_CASE("a report from counts made elsewhere (the CUDA reduction's path)") {
-    const std::vector<float> x = crafted_fp16_tensor();
+    // Counts filled in by hand, as a device reduction would hand them over:
+    // the report keeps every class count and bin, and knows no amax.
     mpt::RangeCounts counts;
-    for (float v : x) counts.add(v, fmt("fp16").spec);
+    counts.by_class[static_cast<int>(mpt::RangeClass::exact)] = 7;
+    counts.by_class[static_cast<int>(mpt::RangeClass::overflow)] = 2;
+    counts.by_class[static_cast<int>(mpt::RangeClass::flushed_to_zero)] = 1;
+    counts.log2_hist[0 - mpt::kLog2BinMin] = 7;
+    counts.log2_hist[17 - mpt::kLog2BinMin] = 2;
+    counts.log2_hist[-30 - mpt::kLog2BinMin] = 1;
     const mpt::RangeReport r = mpt::range_report_from_counts(counts, fmt("fp16"));
-    CHECK(r.counts == mpt::range_report(x.data(), x.size(), fmt("fp16")).counts);
+    CHECK(r.format == &fmt("fp16"));
+    CHECK(r.total() == 10);
+    CHECK(r.count(mpt::RangeClass::exact) == 7);
+    CHECK(r.count(mpt::RangeClass::overflow) == 2);
+    CHECK(r.count(mpt::RangeClass::flushed_to_zero) == 1);
+    CHECK(r.count(mpt::RangeClass::rounded) == 0);
+    CHECK(r.fraction(mpt::RangeClass::overflow) == doctest::Approx(0.2));
+    CHECK(r.bin_count(0) == 7);
+    CHECK(r.bin_count(17) == 2);
+    CHECK(r.bin_count(-30) == 1);
+    CHECK(r.bin_count(1) == 0);
     CHECK(std::isnan(r.amax));
+    CHECK(std::isnan(r.min_nonzero));
     CHECK(mpt::render_text(r).find("data: largest") == std::string::npos);
   }
 

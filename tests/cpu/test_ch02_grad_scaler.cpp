@@ -1,10 +1,12 @@
 // Chapter 02 — loss scaling and FP32 master weights: mpt::GradScaler against
 // torch.amp.GradScaler's semantics, one behaviour per test case.
-// Depends on: mpt/grad_scaler.hpp, mpt/parameter.hpp. The expected behaviour
+// Depends on: mpt/grad_scaler.hpp, mpt/parameter.hpp, the GPU test's scale
+// update cases (tests/cuda_host/scale_update_cases.hpp). The expected behaviour
 // is PyTorch's: torch/amp/grad_scaler.py and the update/unscale kernels in
 // aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp (pytorch/pytorch).
 #include <doctest/doctest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../cuda_host/scale_update_cases.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 
 using mpt::GradScaler;
@@ -197,31 +200,65 @@ TEST_CASE("unscale multiplies by the reciprocal taken in double and rounded to f
   CHECK(s.found_inf(m.opt) == false);
 }
 
-TEST_CASE("double-then-float reciprocal equals the FP32 reciprocal for every scale searched") {
-  // The issue asks for a scale where float(1/double(s)) != 1.0f/s. Searching
-  // finds none, and none exists: the double quotient has 53 >= 2*24+2 bits,
-  // so rounding it again to float gives the correctly rounded float quotient
-  // (double rounding is innocuous for division). PyTorch reciprocates in
-  // double because FP32 division is approximate under some compile options
-  // (fast math), not because IEEE FP32 division would differ. Searched here:
-  // every float in [1, 2) (every other normal binade is an exact power-of-two
-  // multiple of it) and the two top binades, whose reciprocals are subnormal.
-  std::int64_t searched = 0, differ = 0;
-  auto search_binade = [&](float lo) {
-    const float hi = lo * 2.0f;
-    for (float s = lo; s < hi; s = std::nextafter(s, kInf)) {
-      volatile float sv = s;  // keep the float division a run-time float division
-      const float single = 1.0f / sv;
-      const float twice = static_cast<float>(1.0 / static_cast<double>(s));
-      differ += bits(single) != bits(twice);
-      ++searched;
-    }
+TEST_CASE("unscale multiplies by float(1/double(S)) at scales across the whole FP32 range") {
+  // The expected gradient is computed here, from its definition: g times
+  // the reciprocal of the scale taken in double and rounded to float
+  // (PyTorch: _scale.double().reciprocal().float()), one FP32 multiply. The
+  // scales: one random significand in every binade from 2^-126 to 2^127,
+  // and more in the top two binades, where the reciprocal is subnormal. The
+  // gradients: random significands over a wide range, and values whose
+  // unscaled result is subnormal, 0 or inf.
+  // What this catches: unscaling by division (g / S), forming g * (1/S) in
+  // double and rounding once, or a reciprocal that loses the subnormal
+  // range. What no test can catch: a reciprocal taken in FP32, 1.0f / S,
+  // which under IEEE division gives the same float for every S (the double
+  // quotient's 53 bits make the second rounding innocuous); PyTorch takes
+  // the detour for fast-math builds, where FP32 division is approximate.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> significand(0, (1u << 23) - 1);
+  auto random_in_binade = [&](int e) {
+    return std::ldexp(1.0f + std::ldexp(float(significand(rng)), -23), e);
   };
-  search_binade(1.0f);
-  search_binade(std::ldexp(1.0f, 126));
-  search_binade(std::ldexp(1.0f, 127) - 0.0f);  // [2^127, 2^128): inf excluded by the bound
-  CHECK(searched == 3 * (std::int64_t{1} << 23));
-  CHECK(differ == 0);
+  std::vector<float> scales;
+  for (int e = -126; e <= 127; ++e) scales.push_back(random_in_binade(e));
+  for (int i = 0; i < 64; ++i) scales.push_back(random_in_binade(126 + i % 2));
+  scales.push_back(3.0f);
+  scales.push_back(0.1f);
+  std::vector<float> grads = {1.0f,     -1.0f,   3.0f,         0.1f, 65504.0f, FLT_MAX,
+                              -FLT_MAX, FLT_MIN, FLT_TRUE_MIN, 0.0f, -0.0f};
+  for (int i = 0; i < 53; ++i) grads.push_back((i % 2 ? -1.0f : 1.0f) * random_in_binade(i * 5 - 140));
+  std::int64_t compared = 0, differ_from_division = 0, differ_from_one_rounding = 0, subnormal_inverses = 0;
+  for (float scale : scales) {
+    CAPTURE(scale);
+    GradScaler::Options o;
+    o.init_scale = scale;
+    GradScaler s(o);
+    Model m(grads);
+    s.scale(1.0f);
+    s.unscale(m.opt);
+    CHECK(s.found_inf(m.opt) == false);  // every input is finite, whatever the products are
+    const float inv = static_cast<float>(1.0 / static_cast<double>(scale));
+    subnormal_inverses += std::fpclassify(inv) == FP_SUBNORMAL;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const float want = grads[i] * inv;
+      const float got = m.grad(static_cast<int>(i));
+      if (bits(got) != bits(want)) {
+        FAIL_CHECK("g=" << grads[i] << " scale=" << scale << ": got " << got << " want " << want);
+        break;
+      }
+      ++compared;
+      differ_from_division +=
+          bits(want) != bits(static_cast<float>(static_cast<double>(grads[i]) / static_cast<double>(scale)));
+      differ_from_one_rounding +=
+          bits(want) !=
+          bits(static_cast<float>(static_cast<double>(grads[i]) * (1.0 / static_cast<double>(scale))));
+    }
+  }
+  CHECK(compared == static_cast<std::int64_t>(scales.size() * grads.size()));
+  // The cases can tell the rule from its look-alikes.
+  CHECK(subnormal_inverses >= 64);
+  CHECK(differ_from_division > 100);
+  CHECK(differ_from_one_rounding > 100);
 }
 
 TEST_CASE("finiteness is judged on the scaled values, before the multiply") {
@@ -383,22 +420,117 @@ TEST_CASE("at scale 0 the loss is 0, unscale turns the zero gradients into NaN, 
   CHECK(s.get_scale() == 0.0f);  // growth from 0 is 0
 }
 
-TEST_CASE("FP32 factors give the same scale as PyTorch's double multiply, rounded once") {
-  // PyTorch keeps the factors as doubles and computes float(double(scale) *
-  // factor), as mpt::update_scale now does too. A product of two 24-bit
-  // significands is exact in a double, so an FP32 multiply rounds once as
-  // well: equal whenever the factor is an FP32 value (all defaults are).
-  // For factors that are not (0.3, 1.7) see test_ch02_scaler_math.cpp.
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<std::uint32_t> any_positive(1, 0x7f7fffffu);
-  for (float factor : {2.0f, 0.5f, 1.5f, 0.75f, 3.0f, 0.1f, 1.0001f}) {
-    for (int i = 0; i < 20000; ++i) {
-      const std::uint32_t u = any_positive(rng);
-      float scale;
-      std::memcpy(&scale, &u, sizeof scale);
-      const float pytorch = static_cast<float>(static_cast<double>(scale) * static_cast<double>(factor));
-      CHECK(bits(scale * factor) == bits(pytorch));
+TEST_CASE("factors that are not FP32 values: the scale is float(double(scale) * factor) after every update") {
+  // PyTorch's update rule (torch.amp.GradScaler.update, the
+  // _amp_update_scale_ kernels), written out here with the factors as
+  // doubles: on an inf, scale = float(double(scale) * backoff) and the
+  // tracker resets; otherwise the tracker counts, and on reaching the
+  // interval scale = float(double(scale) * growth) if that is finite, and
+  // the tracker resets. 0.3, 1.1 and 1.7 are not FP32 values, so a product
+  // taken in float (the factor rounded to float first) gives other bits
+  // within a few steps: checked below for every configuration. The
+  // configurations: the GPU test's cases (tests/cuda_host/scale_update_cases.hpp)
+  // and four more.
+  using Config = mpt::test::ScaleUpdateCase;
+  std::vector<Config> configs = mpt::test::scale_update_cases();
+  configs.push_back({"growth 1.1, backoff 0.3, interval 2", 1000.0f, 1.1, 0.3, 2});
+  configs.push_back({"growth 1.1, backoff 0.3, interval 3", 0.1f * 65536.0f, 1.1, 0.3, 3});
+  configs.push_back({"growth 1.7, backoff 0.3, interval 1", 65536.0f, 1.7, 0.3, 1});
+  configs.push_back({"growth 1.7 up to FP32's top", 0x1p+120f, 1.7, 0.3, 1});
+  auto rule = [](float& scale, std::int32_t& tracker, bool found_inf, const Config& c, bool in_float) {
+    const double growth = in_float ? static_cast<float>(c.growth) : c.growth;
+    const double backoff = in_float ? static_cast<float>(c.backoff) : c.backoff;
+    if (found_inf) {
+      scale = static_cast<float>(static_cast<double>(scale) * backoff);
+      tracker = 0;
+    } else if (++tracker == c.interval) {
+      const float grown = static_cast<float>(static_cast<double>(scale) * growth);
+      if (std::isfinite(grown)) scale = grown;
+      tracker = 0;
     }
+  };
+  // Hand-written patterns, then the seeded ones of the GPU test's cases.
+  std::vector<std::vector<bool>> patterns = {
+      {true, true, true, false, false, false, false, true, false, false, false, false},
+      std::vector<bool>(60, false),
+      {false, true, false, false, true, true, false, false, false, true, false, false, false, false, false},
+  };
+  std::mt19937 rng(3);
+  for (int p = 0; p < 4; ++p) {
+    std::vector<bool> f;
+    for (int k = 0; k < 300; ++k) f.push_back(rng() % 4 == 0);
+    patterns.push_back(f);
+  }
+  for (const Config& c : configs) {
+    std::vector<std::vector<bool>> all = patterns;
+    all.push_back(mpt::test::scale_update_flags(c, 20240101ull));
+    int telling_patterns = 0;
+    for (const auto& flags : all) {
+      const std::string name = c.name;
+      const std::size_t steps = flags.size();
+      CAPTURE(name);
+      CAPTURE(steps);
+      GradScaler::Options o;
+      o.init_scale = c.init;
+      o.growth_factor = c.growth;
+      o.backoff_factor = c.backoff;
+      o.growth_interval = c.interval;
+      GradScaler s(o);
+      Model m;
+      float want = c.init, in_float = c.init;
+      std::int32_t tracker = 0, tracker_f = 0;
+      int k = 0, first_float_difference = -1;
+      for (bool overflow : flags) {
+        CHECK(iteration(s, m, overflow) == !overflow);
+        rule(want, tracker, overflow, c, false);
+        rule(in_float, tracker_f, overflow, c, true);
+        if (first_float_difference < 0 && bits(want) != bits(in_float)) first_float_difference = k;
+        if (bits(s.get_scale()) != bits(want) || s.growth_tracker() != tracker) {
+          FAIL_CHECK("step " << k << ": scale " << s.get_scale() << " tracker " << s.growth_tracker()
+                             << ", want " << want << " tracker " << tracker);
+          break;
+        }
+        ++k;
+      }
+      telling_patterns += first_float_difference >= 0;
+    }
+    // A configuration with a non-FP32 factor has a pattern that tells a
+    // product in double from one in float.
+    const bool fp32_factors =
+        static_cast<float>(c.growth) == c.growth && static_cast<float>(c.backoff) == c.backoff;
+    const std::string name = c.name;
+    CAPTURE(name);
+    CHECK((telling_patterns > 0) == !fp32_factors);
+  }
+}
+
+TEST_CASE("backoff 0.3, growth 1.1, interval 2 from 1000: the scales written out") {
+  // Computed by hand (in Python: each product in double, rounded to float
+  // with struct.pack('f', ...)). Taken in float, the third backoff would
+  // already give 0x1.b00002p+4 (27.000002), not 27.
+  GradScaler::Options o;
+  o.init_scale = 1000.0f;
+  o.growth_factor = 1.1;
+  o.backoff_factor = 0.3;
+  o.growth_interval = 2;
+  GradScaler s(o);
+  Model m;
+  const struct {
+    bool overflow;
+    float scale;
+    std::int32_t tracker;
+  } expected[] = {
+      {true, 300.0f, 0},          {true, 90.0f, 0},           {true, 27.0f, 0},
+      {false, 27.0f, 1},          {false, 0x1.db3334p+4f, 0}, {false, 0x1.db3334p+4f, 1},
+      {false, 0x1.055c2ap+5f, 0}, {true, 0x1.39a1ccp+3f, 0},  {false, 0x1.39a1ccp+3f, 1},
+      {false, 0x1.58fec6p+3f, 0}, {false, 0x1.58fec6p+3f, 1}, {false, 0x1.7b7ea6p+3f, 0},
+  };
+  int k = 0;
+  for (const auto& e : expected) {
+    CAPTURE(++k);
+    iteration(s, m, e.overflow);
+    CHECK(bits(s.get_scale()) == bits(e.scale));
+    CHECK(s.growth_tracker() == e.tracker);
   }
 }
 

@@ -8,7 +8,9 @@
 // and bit for bit, with mpt::update_scale run with the cases' double factors.
 // Two facts make that comparison mean something:
 //  1. that reference is the CPU GradScaler's own sequence (checked here by
-//     driving a GradScaler through the same overflows), and
+//     driving a GradScaler through the same overflows; the GradScaler in
+//     turn is held to PyTorch's rule written out independently, in
+//     test_ch02_grad_scaler.cpp, on these same cases), and
 //  2. with factors rounded to float — what a float somewhere between the
 //     API and mpt::update_scale would do — the sequence is different for
 //     every case whose factors are not FP32 values (0.3, 1.7), within the

@@ -1,12 +1,14 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (src/mpt/scaler_sim.*).
-// Depends on: mpt/scaler_sim.hpp, mpt/grad_scaler.hpp, test_support.hpp (the
-// XML check). The plot is read back from its SVG: markers, staircase levels.
+// Depends on: mpt/scaler_sim.hpp, test_support.hpp (the XML check). The
+// trajectories are pinned to values worked out by hand, not to a second
+// GradScaler; the plot is read back from its SVG: markers, staircase levels.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -15,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_sim.hpp"
 #include "test_support.hpp"
 
@@ -117,38 +118,84 @@ TEST_CASE("simulate: the sawtooth, row by row") {
   CHECK(sim.skipped_steps() == 2);
 }
 
-TEST_CASE("simulate: agrees with a GradScaler driven by hand, for default options") {
+TEST_CASE("simulate: growth interval 2 from 2^16, overflows at 3, 7 and 8, written out") {
+  // Worked by hand from PyTorch's rule: a clean step counts, the second in a
+  // row doubles the scale and resets the count; an overflow halves it and
+  // resets the count.
+  const ScalerSimulation sim = mpt::simulate_scaler(spec(12, {3, 7, 8}, 2, 65536.0f));
+  const float scales[] = {65536, 131072, 65536, 65536, 131072, 131072,
+                          65536, 32768,  32768, 65536, 65536,  131072};
+  const int trackers[] = {1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0};
+  REQUIRE(sim.rows.size() == 12);
+  for (std::size_t i = 0; i < 12; ++i) {
+    CAPTURE(i + 1);
+    const bool overflow = i + 1 == 3 || i + 1 == 7 || i + 1 == 8;
+    CHECK(sim.rows[i].overflow == overflow);
+    CHECK(sim.rows[i].skipped == overflow);
+    CHECK(sim.rows[i].scale == scales[i]);
+    CHECK(sim.rows[i].growth_tracker == trackers[i]);
+  }
+  CHECK(sim.skipped_steps() == 3);
+}
+
+TEST_CASE("simulate: factors that are not FP32 values, the scales written out") {
+  // growth 1.1, backoff 0.3, interval 2 from 1000, overflows at 1-3 and 8:
+  // each product formed in double and rounded to float, computed by hand
+  // (Python's struct.pack('f', ...)). A product in float gives 27.000002 at
+  // step 3.
+  ScalerSimulationSpec s = spec(12, {1, 2, 3, 8}, 2, 1000.0f);
+  s.options.growth_factor = 1.1;
+  s.options.backoff_factor = 0.3;
+  const ScalerSimulation sim = mpt::simulate_scaler(s);
+  const float scales[] = {300.0f,         90.0f,          27.0f,          27.0f,
+                          0x1.db3334p+4f, 0x1.db3334p+4f, 0x1.055c2ap+5f, 0x1.39a1ccp+3f,
+                          0x1.39a1ccp+3f, 0x1.58fec6p+3f, 0x1.58fec6p+3f, 0x1.7b7ea6p+3f};
+  const int trackers[] = {0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0};
+  REQUIRE(sim.rows.size() == 12);
+  for (std::size_t i = 0; i < 12; ++i) {
+    CAPTURE(i + 1);
+    CHECK(sim.rows[i].scale == scales[i]);
+    CHECK(sim.rows[i].growth_tracker == trackers[i]);
+  }
+}
+
+TEST_CASE("simulate: PyTorch's defaults over 4100 steps, every row against its closed form") {
+  // Overflows at 1, 2, 3 and 2500 (listed in any order). Worked by hand:
+  // three halvings from 2^16 leave 8192 at step 3; the 2000th clean step
+  // after that (step 2003) doubles it to 16384; step 2500 halves it back to
+  // 8192; the 1600 clean steps after it are counted, none grows.
   ScalerSimulationSpec s;
   s.steps = 4100;
-  s.overflow_at = {2500, 1, 3, 2};  // any order
+  s.overflow_at = {2500, 1, 3, 2};
   const ScalerSimulation sim = mpt::simulate_scaler(s);
   REQUIRE(sim.rows.size() == 4100);
-
-  mpt::GradScaler scaler;  // PyTorch's defaults, as the spec's
-  mpt::Parameter p("p", mpt::Tensor(mpt::DType::f32, {1, 2}));
-  struct Counting : mpt::Optimizer {
-    explicit Counting(mpt::Parameter* q) : Optimizer({q}) {}
-    void step() override {}
-  } opt(&p);
+  std::int64_t differ = 0;
   for (std::int64_t k = 1; k <= 4100; ++k) {
     const bool overflow = k <= 3 || k == 2500;
-    p.grad.f32()(0, 0) = overflow ? INFINITY : scaler.scale(1.0f);
-    scaler.scale(1.0f);
-    const bool stepped = scaler.step(opt);
-    scaler.update();
+    float scale;
+    std::int32_t tracker;
+    if (k <= 3) {
+      scale = std::ldexp(65536.0f, -static_cast<int>(k));
+      tracker = 0;
+    } else if (k < 2003) {
+      scale = 8192.0f;
+      tracker = static_cast<std::int32_t>(k - 3);
+    } else if (k < 2500) {
+      scale = 16384.0f;
+      tracker = static_cast<std::int32_t>(k - 2003);
+    } else {
+      scale = 8192.0f;
+      tracker = static_cast<std::int32_t>(k - 2500);
+    }
     const auto& r = sim.rows[static_cast<std::size_t>(k - 1)];
-    if (r.overflow != overflow || r.skipped == stepped || r.scale != scaler.get_scale() ||
-        r.growth_tracker != scaler.growth_tracker()) {
-      FAIL_CHECK("step " << k << " differs");
-      break;
+    if (r.step != k || r.overflow != overflow || r.skipped != overflow || r.scale != scale ||
+        r.growth_tracker != tracker) {
+      if (differ++ < 3)
+        FAIL_CHECK("step " << k << ": scale " << r.scale << " tracker " << r.growth_tracker << ", want "
+                           << scale << " tracker " << tracker);
     }
   }
-  // Three backoffs from 2^16, growth on the 2000th clean step (step 2003),
-  // a backoff at 2500, and 1600 clean steps counted at the end.
-  CHECK(sim.rows[2].scale == 8192.0f);
-  CHECK(sim.rows[2001].scale == 8192.0f);
-  CHECK(sim.rows[2002].scale == 16384.0f);
-  CHECK(sim.rows[2499].scale == 8192.0f);
+  CHECK(differ == 0);
   CHECK(sim.rows.back().growth_tracker == 1600);
   CHECK(sim.skipped_steps() == 4);
 }

@@ -3,6 +3,8 @@
 // device, and tests/cpu/test_ch02_scaler_math.cpp checks on the CPU: that
 // the GradScaler follows them, and that rounding the factors to float
 // changes them (so the GPU comparison would catch a float API).
+// tests/cpu/test_ch02_grad_scaler.cpp drives a GradScaler through the same
+// cases and holds it to PyTorch's rule written out independently.
 // Depends on: mpt/amp/scaler_math.hpp (mpt::update_scale, the reference) and
 // the standard library only; host-and-device safe, no Eigen.
 #pragma once
