@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "mpt/core/pitfall.hpp"
 #include "test_support.hpp"
@@ -58,7 +59,12 @@ TEST_CASE("every registered pitfall shows its symptom and its fix") {
                                             << failed_claims(v.symptom_checks));
       CHECK_MESSAGE(v.fix_works(), p.id << ": the fixed run does not show the fix; failed claims:"
                                         << failed_claims(v.cure_checks));
-      CHECK(v.reproduced() == (v.symptom_shown() && v.fix_works()));
+      CHECK_MESSAGE(v.preconditions_hold(), p.id << ": a shared precondition does not hold; broken:"
+                                                 << failed_claims(v.precondition_checks_broken)
+                                                 << "\nfixed:" << failed_claims(v.precondition_checks_fixed));
+      CHECK(v.precondition_checks_broken.size() == p.preconditions.size());
+      CHECK(v.precondition_checks_fixed.size() == p.preconditions.size());
+      CHECK(v.reproduced() == (v.symptom_shown() && v.fix_works() && v.preconditions_hold()));
     }
   }
 }
@@ -186,6 +192,13 @@ TEST_CASE("registry: add validates the entry") {
     Pitfall empty_predicate = sample("empty-predicate");
     empty_predicate.cure.push_back(Check{"holds somehow", nullptr});
     CHECK_THROWS_WITH_AS(r.add(empty_predicate), doctest::Contains("no predicate"), std::invalid_argument);
+    Pitfall empty_precondition = sample("empty-precondition");
+    empty_precondition.preconditions.push_back(Check{"both hold somehow", nullptr});
+    CHECK_THROWS_WITH_AS(r.add(empty_precondition), doctest::Contains("no predicate"), std::invalid_argument);
+    Pitfall unnamed_precondition = sample("unnamed-precondition");
+    unnamed_precondition.preconditions.push_back(Check{"", [](const RunResult&) { return true; }});
+    CHECK_THROWS_WITH_AS(r.add(unnamed_precondition), doctest::Contains("empty claim"),
+                         std::invalid_argument);
     CHECK(r.all().size() == 1);
   }
 }
@@ -210,6 +223,42 @@ TEST_CASE("RunResult::get names the outcomes that exist") {
   CHECK_THROWS_WITH_AS(r.get("final_weight"),
                        "no outcome named 'final_weight'; this run measured: final_sum, stalled_adds",
                        std::out_of_range);
+}
+
+TEST_CASE("run_pitfall: preconditions are checked on both runs") {
+  Pitfall p = sample("with-preconditions");
+  // x is 1 on the broken run and 2 on the fixed one.
+  p.preconditions = {Check{"x is positive", [](const RunResult& r) { return r.get("x") > 0; }}};
+  mpt::Verdict v = mpt::run_pitfall(p);
+  REQUIRE(v.precondition_checks_broken.size() == 1);
+  REQUIRE(v.precondition_checks_fixed.size() == 1);
+  CHECK(v.precondition_checks_broken[0] == std::make_pair(std::string("x is positive"), true));
+  CHECK(v.preconditions_hold());
+  CHECK(v.reproduced());
+
+  SUBCASE("one that fails on one run only fails the verdict") {
+    p.preconditions.push_back(Check{"x is 2", [](const RunResult& r) { return r.get("x") == 2.0; }});
+    v = mpt::run_pitfall(p);
+    CHECK(v.symptom_shown());
+    CHECK(v.fix_works());
+    CHECK_FALSE(v.precondition_checks_broken[1].second);
+    CHECK(v.precondition_checks_fixed[1].second);
+    CHECK_FALSE(v.preconditions_hold());
+    CHECK_FALSE(v.reproduced());
+  }
+  SUBCASE("a run that throws fails them") {
+    p.fixed = []() -> RunResult { throw std::runtime_error("no data"); };
+    v = mpt::run_pitfall(p);
+    REQUIRE(v.precondition_checks_fixed.size() == 1);
+    CHECK(v.precondition_checks_fixed[0].first.find("no data") != std::string::npos);
+    CHECK_FALSE(v.preconditions_hold());
+  }
+  SUBCASE("an entry without preconditions has none to hold") {
+    p.preconditions.clear();
+    v = mpt::run_pitfall(p);
+    CHECK(v.precondition_checks_broken.empty());
+    CHECK(v.preconditions_hold());
+  }
 }
 
 TEST_CASE("run_pitfall: a run that throws is reported as failed, not a crash") {

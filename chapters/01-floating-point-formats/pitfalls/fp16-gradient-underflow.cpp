@@ -175,7 +175,8 @@ Pitfall fp16_gradient_underflow_pitfall() {
                 [](const RunResult& r) { return r.get("flushed_fraction") < 0.001; }),
           check("the mean relative error per gradient is within fp16's unit roundoff",
                 [](const RunResult& r) { return r.get("mean_rel_error") <= unit_roundoff(fp16()); }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch01

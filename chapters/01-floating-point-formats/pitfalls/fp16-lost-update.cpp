@@ -140,7 +140,8 @@ Pitfall fp16_lost_update_pitfall() {
                 }),
           check("the fp16 copy the model uses moved too",
                 [](const RunResult& r) { return r.get("final_fp16_copy") > 1.0; }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch01

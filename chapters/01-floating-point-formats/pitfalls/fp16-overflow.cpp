@@ -191,7 +191,8 @@ Pitfall fp16_overflow_pitfall() {
                   return std::isfinite(r.get("norm")) &&
                          r.get("norm_rel_error") <= r.get("activations") * unit_roundoff(fp32());
                 }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch01

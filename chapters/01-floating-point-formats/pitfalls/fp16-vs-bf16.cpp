@@ -145,7 +145,8 @@ Pitfall fp16_vs_bf16_pitfall() {
                 [](const RunResult& r) { return r.get("max_rel_error") > unit_roundoff(fp16()); }),
           check("and stays within the format's own unit roundoff",
                 [](const RunResult& r) { return r.get("max_rel_error") <= r.get("unit_roundoff"); }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch01

@@ -167,7 +167,8 @@ Pitfall adam_eps_fp16_pitfall() {
                 }),
           check("it learns: test accuracy of at least 0.85",
                 [](const RunResult& r) { return r.get("test_accuracy") >= 0.85; }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

@@ -200,7 +200,8 @@ Pitfall clip_before_unscale_pitfall() {
           check(
               "the loss is within 5% of FP32's",
               [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.05); }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

@@ -135,7 +135,8 @@ Pitfall fp16_weights_no_master_pitfall() {
               [](const RunResult& r) { return within(r.get("train_loss"), r.get("fp32_train_loss"), 0.02); }),
           check("the accuracy is within 0.02 of FP32's",
                 [](const RunResult& r) { return std::fabs(r.get("accuracy_gap")) <= 0.02; }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

@@ -191,7 +191,8 @@ Pitfall init_scale_skips_pitfall() {
                 [](const RunResult& r) {
                   return r.get("scheduler_steps") == r.get("iterations") - r.get("skipped_steps");
                 }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

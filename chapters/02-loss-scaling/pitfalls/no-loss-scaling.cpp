@@ -196,7 +196,8 @@ Pitfall no_loss_scaling_pitfall() {
                 [](const RunResult& r) {
                   return within(r.get("fc1_weight_change"), r.get("fp32_fc1_weight_change"), 0.1);
                 }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

@@ -161,7 +161,8 @@ Pitfall static_scale_too_large_pitfall() {
                 [](const RunResult& r) {
                   return std::fabs(r.get("test_accuracy") - r.get("fp32_test_accuracy")) <= 0.02;
                 }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02
