@@ -4,8 +4,9 @@
 // Depends on: the Chapter 2 training stack (mpt/data.hpp, layers.hpp, mlp.hpp,
 // optim.hpp).
 //
-// The batching, the training steps every run repeats, the blobs
-// classification set, and the tiny-target regression
+// The batching, the chapter's one definition of a zero fraction, the
+// training steps every run repeats, the blobs classification set, and the
+// tiny-target regression
 // run that the pitfall no-loss-scaling trains and that numbers.cpp's paper
 // figure collects its activation gradients from: one definition, so the
 // figure shows the gradients of exactly the run the pitfall compares with. Everything is
@@ -13,6 +14,7 @@
 // blobs() and one tiny_targets() per process).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -60,6 +62,49 @@ inline MlpConfig mlp_config(std::vector<int> sizes, DType p, std::uint64_t seed)
   c.seed = seed;
   return c;
 }
+
+// --- the zero fraction ---------------------------------------------------------
+
+/// What the chapter calls the zero fraction, wherever it reports one; the
+/// programs print this sentence next to the number.
+inline constexpr const char* kZeroFractionDefinition =
+    "exact zeros among the dense activation gradients (dlogits and the gradient w.r.t. each "
+    "activation's output; those behind a ReLU, zero in every precision, left out), pooled over "
+    "all steps";
+
+/// The dense tensors of Mlp::activation_gradients() (dlogits, then per
+/// hidden layer d(activation output) and d(pre-activation)): dlogits and
+/// every d(activation output), indices 0, 1, 3, 5, ... The d(pre-activation)
+/// tensors sit behind a ReLU, which zeroes them wherever its input was
+/// negative, in every precision.
+inline std::vector<const Tensor*> dense_activation_gradients(const Mlp& net) {
+  const std::vector<Tensor>& g = net.activation_gradients();
+  std::vector<const Tensor*> out;
+  for (std::size_t k = 0; k < g.size(); k += (k == 0 ? 1 : 2)) out.push_back(&g[k]);
+  return out;
+}
+
+/// The zero fraction (kZeroFractionDefinition) of a run: add() the network
+/// after each backward pass, read fraction() at the end.
+class ZeroFraction {
+ public:
+  /// Count the zeros of the last backward pass's dense activation gradients.
+  void add(const Mlp& net) {
+    for (const Tensor* t : dense_activation_gradients(net)) add(t->to_matrix());
+  }
+  /// Count the zeros of one tensor's values (already chosen as dense).
+  void add(const MatrixF& values) {
+    zeros_ += static_cast<double>((values.array() == 0.0f).count());
+    values_ += static_cast<double>(values.size());
+  }
+  /// Zeros over all values counted, pooled; 0 before anything was added.
+  double fraction() const { return values_ > 0 ? zeros_ / values_ : 0.0; }
+  /// Values counted.
+  double values() const { return values_; }
+
+ private:
+  double zeros_ = 0, values_ = 0;
+};
 
 // --- one training step -------------------------------------------------------
 
