@@ -4,6 +4,8 @@
 # between its markers.
 # Depends on: a build of the project (BUILD_DIR/src/cli/mpt and
 # BUILD_DIR/chapters/ch02_numbers; for --bench also the Chapter 2 benchmarks),
+# the digits data file (the figure and the pitfall clip-before-unscale read it:
+# cmake --build BUILD_DIR --target fetch-data),
 # ../generate_common.sh (the modes, the splicing and the check, shared by
 # every chapter), bash, awk, diff.
 #

@@ -4,14 +4,15 @@
 // Depends on: the Chapter 2 training stack (mpt/data.hpp, layers.hpp, mlp.hpp,
 // optim.hpp).
 //
-// The batching, the chapter's one definition of a zero fraction, the
-// training steps every run repeats, the blobs classification set, and the
-// tiny-target regression
-// run that the pitfall no-loss-scaling trains and that numbers.cpp's paper
-// figure collects its activation gradients from: one definition, so the
-// figure shows the gradients of exactly the run the pitfall compares with. Everything is
-// inline in namespace mpt::ch02, so the pitfalls' files share one copy (one
-// blobs() and one tiny_targets() per process).
+// The batching, the training steps every run repeats, the chapter's one
+// definition of a zero fraction, the blobs classification set, the real
+// digits set, and the tiny-target regression run that the pitfall
+// no-loss-scaling trains and that numbers.cpp's paper figure collects its
+// activation gradients from: one definition, so the figure shows the
+// gradients of exactly the run the pitfall compares with (and, for the
+// digits, of the run the pitfall clip-before-unscale compares with).
+// Everything is inline in namespace mpt::ch02, so the pitfalls' files share
+// one copy (one blobs(), one digits() and one tiny_targets() per process).
 #pragma once
 
 #include <cstddef>
@@ -205,5 +206,67 @@ inline const Split& blobs() {
 }
 inline const std::vector<int> kBlobsNet = {8, 32, 32, 4};  ///< the blobs classifier's layer sizes
 inline constexpr std::uint64_t kBlobsSeed = 7;             ///< its initial weights' seed
+
+// --- the digits -------------------------------------------------------------------
+
+/// The real handwritten digits (1797 8x8 images, 10 classes; data.hpp),
+/// split 1348 / 449. Loaded on first use; throws DataFileMissing, whose
+/// message says how to fetch the file, when it is absent.
+inline const Split& digits() {
+  static const Split s = train_test_split(load_digits(), 0.25, 5);
+  return s;
+}
+inline const std::vector<int> kDigitsNet = {64, 32, 32, 10};  ///< the digits classifier's layer sizes
+inline constexpr std::uint64_t kDigitsSeed = 7;               ///< its initial weights' seed
+inline constexpr int kDigitsSteps = 200;          ///< steps of a digits run (clip-before-unscale, the figure)
+inline constexpr Eigen::Index kDigitsBatch = 64;  ///< its batch size
+inline constexpr double kDigitsLr = 0.05;         ///< its SGD learning rate (momentum 0.9)
+
+// --- SGD runs of a classifier ------------------------------------------------------
+
+/// An SGD run of a classifier: the data, the network, its optimizer and its
+/// batches.
+struct SgdRun {
+  const Split* data;  ///< the set it trains on (train) and is tested on (test)
+  Mlp net;            ///< `sizes` in precision p, weights from `seed`
+  SGD opt;            ///< SGD, momentum 0.9, learning rate lr
+  Batches batches;    ///< batches of `batch` from data->train, kBatchSeed
+  /// A fresh run on `d`: layer sizes `sizes`, weights from `seed`,
+  /// precision `p`, learning rate `lr`, batch size `batch`, master weights `mw`.
+  SgdRun(const Split& d, const std::vector<int>& sizes, std::uint64_t seed, DType p, double lr,
+         Eigen::Index batch, MasterWeights mw = MasterWeights::fp32)
+      : data(&d),
+        net([&] {
+          MlpConfig c = mlp_config(sizes, p, seed);
+          c.master_weights = mw;
+          return c;
+        }()),
+        opt(net.parameters(),
+            [lr] {
+              SgdOptions o;
+              o.lr = lr;
+              o.momentum = 0.9;
+              return o;
+            }()),
+        batches(d.train, batch, kBatchSeed) {}
+};
+
+/// An SGD run on the blobs (kBlobsNet, kBlobsSeed).
+struct BlobsRun : SgdRun {
+  /// A fresh run: precision `p`, learning rate `lr`, batch size `batch`,
+  /// master weights `mw`.
+  BlobsRun(DType p, double lr, Eigen::Index batch, MasterWeights mw = MasterWeights::fp32)
+      : SgdRun(blobs(), kBlobsNet, kBlobsSeed, p, lr, batch, mw) {}
+};
+
+/// An SGD run on the real digits (kDigitsNet, kDigitsSeed); throws
+/// DataFileMissing, with the fetch commands, when the file is absent.
+struct DigitsRun : SgdRun {
+  /// A fresh run: precision `p`, learning rate `lr`, batch size `batch`,
+  /// master weights `mw`.
+  DigitsRun(DType p, double lr = kDigitsLr, Eigen::Index batch = kDigitsBatch,
+            MasterWeights mw = MasterWeights::fp32)
+      : SgdRun(digits(), kDigitsNet, kDigitsSeed, p, lr, batch, mw) {}
+};
 
 }  // namespace mpt::ch02

@@ -176,6 +176,12 @@ TEST_CASE("chapter 2: the numbers the chapter states") {
     CHECK(b.get("initial_skips") == f.get("initial_skips"));  // the scaler behaves the same
     CHECK(b.get("warmup_updates") == b.get("warmup_steps") - b.get("initial_skips"));
   }
+  SUBCASE("clip-before-unscale: the runs train on the real digits") {
+    const RunResult f = runs_of("clip-before-unscale").fixed;
+    CHECK(f.setup.find("the same run") != std::string::npos);
+    CHECK(runs_of("clip-before-unscale").broken.setup.find("handwritten digits") != std::string::npos);
+    CHECK(f.get("fp32_test_accuracy") > 0.85);  // a real classifier of the 10 digits
+  }
   SUBCASE("adam-eps-fp16: 1e-8 is 0 in fp16, and fp16 state takes half the bytes") {
     const RunResult b = runs_of("adam-eps-fp16").broken;
     const RunResult f = runs_of("adam-eps-fp16").fixed;
