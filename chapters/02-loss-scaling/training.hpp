@@ -15,8 +15,10 @@
 // one copy (one blobs(), one digits() and one tiny_targets() per process).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -106,6 +108,24 @@ class ZeroFraction {
  private:
   double zeros_ = 0, values_ = 0;
 };
+
+// --- the largest gradient ------------------------------------------------------
+
+/// The largest |value| among the gradients of the last backward pass: every
+/// activation gradient (stored in the activations' dtype) and every
+/// parameter's FP32 gradient (sums of gradients rounded into the weights'
+/// dtype). Read before unscaling, it is what a loss-scaled step must fit into
+/// fp16; inf or NaN when one of them is.
+inline double largest_gradient(Mlp& net) {
+  double m = 0;
+  const auto take = [&m](const MatrixF& g) {
+    if (!g.array().isFinite().all()) m = std::numeric_limits<double>::infinity();
+    else if (g.size() > 0) m = std::max(m, static_cast<double>(g.cwiseAbs().maxCoeff()));
+  };
+  for (const Tensor& t : net.activation_gradients()) take(t.to_matrix());
+  for (const Parameter* p : net.parameters()) take(p->grad.f32());
+  return m;
+}
 
 // --- one training step -------------------------------------------------------
 
@@ -268,5 +288,14 @@ struct DigitsRun : SgdRun {
             MasterWeights mw = MasterWeights::fp32)
       : SgdRun(digits(), kDigitsNet, kDigitsSeed, p, lr, batch, mw) {}
 };
+
+// --- the static-scale run ------------------------------------------------------------
+
+/// The run of the pitfall static-scale-too-large (and of ch02_numbers
+/// grad-growth): a BlobsRun in fp16 with a loss scale of 2^18 from step 1.
+inline constexpr float kStaticScale = 262144.0f;  ///< 2^18
+inline constexpr int kStaticSteps = 200;          ///< its iterations
+inline constexpr Eigen::Index kStaticBatch = 64;  ///< its batch size
+inline constexpr double kStaticLr = 0.05;         ///< its SGD learning rate
 
 }  // namespace mpt::ch02
