@@ -139,7 +139,7 @@ inline void check_separates(const mpt::Pitfall& p, const mpt::RunResult& broken,
 inline void check_preconditions(const mpt::Pitfall& p, const mpt::RunResult& broken,
                                 const mpt::RunResult& fixed) {
   for (const auto* run : {&broken, &fixed}) {
-    const char* side = run == &broken ? "broken" : "fixed";
+    const std::string side = run == &broken ? "broken" : "fixed";
     for (const auto& c : mpt::evaluate_checks(p.preconditions, *run))
       CHECK_MESSAGE(c.second,
                     p.id << ": the precondition '" << c.first << "' does not hold on the " << side << " run");
