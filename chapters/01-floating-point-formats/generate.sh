@@ -46,6 +46,7 @@ generate_all() {
   gen_run explain-65520-fp16 "mpt explain 65520 --format fp16" "$mpt" explain 65520 --format fp16
   gen_run explain-0.1 "mpt explain 0.1" "$mpt" explain 0.1
   gen_run rounding "ch01_numbers rounding" "$numbers" rounding
+  gen_run sum-exactness "ch01_numbers sum-exactness" "$numbers" sum-exactness
   gen_run_with_input round-fp16 "65504 65519.996 65520 65536 0.1 1e-7 3e-8 2e-8" \
     "mpt round --format fp16" "$mpt" round --format fp16
   gen_run fp8 "ch01_numbers fp8" "$numbers" fp8

@@ -5,7 +5,7 @@
 //
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
-//   ch01_numbers layouts|derivation|rounding|fp8|claims
+//   ch01_numbers layouts|derivation|rounding|sum-exactness|fp8|claims
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -185,6 +185,62 @@ int rounding() {
   return 0;
 }
 
+// --- sum-exactness ----------------------------------------------------------
+
+// When does the fp32 accumulator of the pitfall fp16-sum-stagnation stop
+// being exact? The addend fp16(0.01) is an odd integer m times 2^e, so every
+// partial sum n * m * 2^e is a multiple of 2^e; a format of precision p
+// holds every multiple of 2^e exactly below 2^(p + e) and not all of them
+// from there on. Then the sum itself is run, each add compared with the
+// exact sum (in fp64, exact here), to find the first inexact one.
+int sum_exactness() {
+  const float addend = round_value(0.01f, fp16());
+  // addend = m * 2^e with m odd: strip the trailing zero bits of the significand.
+  int e = 0;
+  double m = std::frexp(static_cast<double>(addend), &e);  // addend = m * 2^e, m in [0.5, 1)
+  while (m != std::floor(m)) {
+    m *= 2;
+    --e;
+  }
+  std::printf(
+      "the addend: fp16(0.01) = %s = %.0f * 2^%d (%.0f is odd), so the n-th partial sum is\n"
+      "n * %.0f * 2^%d: a multiple of 2^%d\n\n",
+      dec(addend).c_str(), m, e, m, m, e, e);
+  const std::string exact_below = "multiples of 2^" + std::to_string(e) + " exact below";
+  std::printf("%-11s %3s %-30s %-14s %-17s %-14s %s\n", "accumulator", "p", exact_below.c_str(),
+              "sum reaches it", "first inexact add", "exact sum", "stored");
+  for (const char* name : {"fp32", "fp16"}) {
+    const Format& f = format_named(name);
+    const int p = limits_of(f.spec).precision;
+    // p significant bits hold k * 2^e exactly for every k < 2^p, that is for
+    // every multiple below 2^(p + e); at and above it only the even ones.
+    const double bound = std::ldexp(1.0, p + e);
+    const long reaches = static_cast<long>(std::ceil(bound / addend));
+    // Run the sum as the pitfall does (an fp32 add, rounded to the
+    // accumulator's format) against the exact partial sum, in fp64 (53 bits
+    // hold every one of them).
+    float sum = 0;
+    long first_inexact = 0;
+    double exact_there = 0;
+    for (long n = 1; n <= 10 * reaches && first_inexact == 0; ++n) {
+      const double exact = static_cast<double>(sum) + addend;
+      sum = round_value(sum + addend, f);
+      if (static_cast<double>(sum) != exact) first_inexact = n, exact_there = exact;
+    }
+    const std::string at =
+        "2^(" + std::to_string(p) + std::to_string(e) + ") = " + p2(bound) + " = " + dec(bound);
+    std::printf("%-11s %3d %-30s %-14s %-17s %-14s %s\n", name, p, at.c_str(),
+                ("step " + std::to_string(reaches)).c_str(),
+                ("step " + std::to_string(first_inexact)).c_str(), g10(exact_there).c_str(),
+                dec(sum).c_str());
+  }
+  std::printf(
+      "\np = significant bits; 'sum reaches it' = the first step whose exact sum is at or above the\n"
+      "bound; 'first inexact add' = the first step whose stored sum differs from the exact one,\n"
+      "found by running the sum (from the bound on, the even multiples are still exact).\n");
+  return 0;
+}
+
 // --- fp8 -------------------------------------------------------------------
 
 int fp8() {
@@ -216,25 +272,40 @@ void row(const std::string& what, const std::string& value) {
   std::printf("  %-52s %s\n", what.c_str(), value.c_str());
 }
 
+/// The verdict on a claim, from a comparison the caller made: "right" when
+/// the measurement agrees with the claim, "wrong" when it does not; the
+/// claimed and the measured value side by side, then the reason for a
+/// wrong one (built from the measurements).
+void verdict(bool claim_holds, const std::string& claimed, const std::string& measured,
+             const std::string& why_wrong) {
+  std::printf("  verdict: %s (claimed: %s; measured: %s).\n", claim_holds ? "right" : "wrong",
+              claimed.c_str(), measured.c_str());
+  if (!claim_holds) std::printf("  %s\n", why_wrong.c_str());
+}
+
 int claims() {
   const Format& f = fp16();
   const mpt::Limits l = limits_of(f.spec);
+  // Round-to-nearest keeps everything below max + ulp(max)/2 finite.
+  const double overflow_from = l.max + std::ldexp(1.0, l.emax - f.spec.mantissa_bits) / 2;
 
   std::printf("claim: \"fp16's largest value is 65536 (2^16)\"\n");
+  const double claimed_max = 65536.0;
   row("largest finite fp16 (limits_of)", dec(l.max));
   for (float x : {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, 65536.0f})
     row(dec(x) + " stored in fp16", stored(x, f));
-  std::printf(
-      "  verdict: wrong. The largest is %s; from %s up everything rounds to inf,\n"
-      "  so 65536 is not an fp16 value at all.\n\n",
-      dec(l.max).c_str(), dec(l.max + std::ldexp(1.0, l.emax - f.spec.mantissa_bits) / 2).c_str());
+  const bool in_fp16 = round_value(static_cast<float>(claimed_max), f) == static_cast<float>(claimed_max);
+  verdict(l.max == claimed_max, dec(claimed_max), dec(l.max),
+          "The largest is " + dec(l.max) + "; from " + dec(overflow_from) +
+              " up everything rounds to inf,\n  so " + dec(claimed_max) +
+              (in_fp16 ? " is an fp16 value, but not the largest." : " is not an fp16 value at all."));
 
+  std::printf("\n");
   std::printf("claim: \"exp overflows fp16 from x = 10\"\n");
+  const float claimed_from = 10.0f;
   for (float x : {10.0f, 11.0f, 11.08f, 11.09f, 11.1f, 12.0f})
     row("exp(" + dec(x) + ") = " + dec(std::exp(x)) + " stored in fp16", stored(std::exp(x), f));
   row("ln(max) = ln(" + dec(l.max) + ")", std::to_string(std::log(l.max)));
-  // The exact threshold: RNE keeps everything below max + ulp(max)/2 finite.
-  const double overflow_from = l.max + std::ldexp(1.0, l.emax - f.spec.mantissa_bits) / 2;
   row("ln(" + dec(overflow_from) + "), where rounding starts to give inf",
       std::to_string(std::log(overflow_from)));
   float last = 11.0f;  // walk fp32 values up to the first whose fp16 exp is inf
@@ -248,9 +319,18 @@ int claims() {
     last16 = x;
   }
   row("largest fp16 x with exp(x) finite in fp16", dec(last16));
-  std::printf("  verdict: wrong. exp(10) fits easily; the limit is ln(max), about %.2f.\n\n",
-              std::log(l.max));
+  // The claim: exp(x) is inf in fp16 from x = 10 on (and finite below).
+  const bool overflows_at_claim = !std::isfinite(round_value(std::exp(claimed_from), f));
+  const bool finite_below = std::isfinite(round_value(std::exp(std::nextafter(claimed_from, 0.0f)), f));
+  char ln_max[32];
+  std::snprintf(ln_max, sizeof ln_max, "%.2f", std::log(l.max));
+  verdict(
+      overflows_at_claim && finite_below, "inf from x = " + dec(claimed_from),
+      "exp(" + dec(claimed_from) + ") stored in fp16 = " + stored(std::exp(claimed_from), f) +
+          "; inf from x = " + dec(std::nextafter(last, 12.0f)),
+      std::string("exp(") + dec(claimed_from) + ") fits easily; the limit is ln(max), about " + ln_max + ".");
 
+  std::printf("\n");
   std::printf(
       "claim: \"the usual initial loss scale 2^16 is an fp16 number\"\n"
       "  (2^16 is the default init_scale of PyTorch's GradScaler)\n");
@@ -258,38 +338,43 @@ int claims() {
   row("2^16 stored in fp16", stored(scale, f));
   row("2^16 stored in bf16", stored(scale, format_named("bf16")));
   row("2^16 stored in fp32", stored(scale, format_named("fp32")));
-  std::printf(
-      "  verdict: wrong. 2^16 = %s overflows fp16; the scale (and the multiply by it)\n"
-      "  lives in fp32, where it is exact.\n\n",
-      dec(scale).c_str());
+  const float scale16 = round_value(scale, f);
+  verdict(scale16 == scale, "fp16(2^16) = " + dec(scale), "fp16(2^16) = " + dec(scale16),
+          "2^16 = " + dec(scale) +
+              " overflows fp16; the scale (and the multiply by it)\n  lives in fp32, where it is exact.");
 
+  std::printf("\n");
   std::printf("claim: \"the smallest positive fp16 is 2^-14\"\n");
+  const double claimed_min = std::ldexp(1.0, -14);
   row("min normal (limits_of)", p2(l.min_normal) + " = " + dec(l.min_normal));
   row("min subnormal (limits_of)", p2(l.min_subnormal) + " = " + dec(l.min_subnormal));
   row("2^-24 stored in fp16", stored(static_cast<float>(l.min_subnormal), f));
   row("2^-25 stored in fp16 (a tie: to even, 0)", stored(static_cast<float>(l.min_subnormal / 2), f));
-  std::printf(
-      "  verdict: wrong. %s is the smallest normal number; subnormals go down to\n"
-      "  %s, with fewer significant bits.\n\n",
-      p2(l.min_normal).c_str(), p2(l.min_subnormal).c_str());
+  // The smallest positive value: the code with only the lowest bit set.
+  const double smallest = mpt::decode(1u, f.spec);
+  row("smallest positive code (0x0001) decoded", p2(smallest));
+  verdict(smallest == claimed_min, p2(claimed_min), p2(smallest),
+          p2(l.min_normal) + " is the smallest normal number; subnormals go down to\n  " + p2(smallest) +
+              ", with fewer significant bits.");
 
+  std::printf("\n");
   std::printf("claim: \"fp16 stores every integer up to its max exactly\"\n");
   int first_gap = 1;  // first integer that fp16 cannot hold
   while (round_value(static_cast<float>(first_gap), f) == static_cast<float>(first_gap)) ++first_gap;
   row("first integer not representable", std::to_string(first_gap));
   row(std::to_string(first_gap) + " stored in fp16", stored(static_cast<float>(first_gap), f));
   row("2^p, p = precision", dec(std::ldexp(1.0, l.precision)));
-  std::printf(
-      "  verdict: wrong. Integers are exact only up to 2^p = 2^%d; above it the spacing\n"
-      "  is 2 or more.\n",
-      l.precision);
+  verdict(first_gap > l.max, "every integer up to " + dec(l.max),
+          "the first one missing is " + std::to_string(first_gap),
+          "Integers are exact only up to 2^p = 2^" + std::to_string(l.precision) +
+              "; above it the spacing\n  is 2 or more.");
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: ch01_numbers layouts|derivation|rounding|fp8|claims\n";
+  const char* usage = "usage: ch01_numbers layouts|derivation|rounding|sum-exactness|fp8|claims\n";
   if (argc != 2) {
     std::fputs(usage, stderr);
     return 2;
@@ -298,6 +383,7 @@ int main(int argc, char** argv) {
   if (section == "layouts") return layouts();
   if (section == "derivation") return derivation();
   if (section == "rounding") return rounding();
+  if (section == "sum-exactness") return sum_exactness();
   if (section == "fp8") return fp8();
   if (section == "claims") return claims();
   std::fprintf(stderr, "unknown section '%s'; %s", section.c_str(), usage);

@@ -4,6 +4,8 @@
 # between its markers.
 # Depends on: a build of the project (BUILD_DIR/src/cli/mpt and
 # BUILD_DIR/chapters/ch02_numbers; for --bench also the Chapter 2 benchmarks),
+# the digits data file (the figure and the pitfall clip-before-unscale read it:
+# cmake --build BUILD_DIR --target fetch-data),
 # ../generate_common.sh (the modes, the splicing and the check, shared by
 # every chapter), bash, awk, diff, Graphviz's dot (the two diagrams).
 #
@@ -56,6 +58,7 @@ generate_all() {
   for id in "${pitfall_ids[@]}"; do
     gen_run "pitfall-$id" "mpt pitfall $id" "$mpt" pitfall "$id"
   done
+  gen_run grad-growth "ch02_numbers grad-growth" "$numbers" grad-growth
   gen_run adam-eps "ch02_numbers adam-eps" "$numbers" adam-eps
   gen_run_with_input round-eps "1e-8 2.9802322e-8 3e-8 1e-7 1e-4" "mpt round --format fp16" \
     "$mpt" round --format fp16

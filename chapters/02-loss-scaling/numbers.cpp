@@ -7,8 +7,11 @@
 //
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
-//   ch02_numbers chain-rule|memory|adam-eps|claims
-//   ch02_numbers figure DIR     (also writes DIR/fig3-unscaled.svg, DIR/fig3-scaled.svg)
+//   ch02_numbers chain-rule|memory|grad-growth|adam-eps|claims
+//   ch02_numbers figure DIR     (also writes DIR/fig3-unscaled.svg, DIR/fig3-scaled.svg,
+//                                DIR/fig3-digits-unscaled.svg, DIR/fig3-digits-scaled.svg)
+// figure reads the real digits file (it fails with the fetch commands when
+// the file is missing).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -221,87 +224,264 @@ int memory() {
 
 // --- figure --------------------------------------------------------------------
 
-// The paper's Fig. 3 for this chapter: the activation gradients of the FP32
-// run that the pitfall no-loss-scaling compares with, every tensor of
-// Mlp::activation_gradients() at every step, against fp16's range, before
-// and after multiplying by a loss scale.
-int figure(const std::string& dir) {
-  TinyTargetRun run(DType::f32);
-  std::vector<float> g;
-  for (int step = 0; step < kTinyTargetSteps; ++step)
-    plain_step(run.net, run.opt, run.batches, [&] {
-      for (const Tensor& t : run.net.activation_gradients()) {
-        const MatrixF v = t.to_matrix();
-        g.insert(g.end(), v.data(), v.data() + v.size());
-      }
-    });
-  const double n = static_cast<double>(g.size());
-  std::vector<float> mags;
-  for (float v : g)
-    if (v != 0.0f) mags.push_back(std::fabs(v));
-  std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(mags.size() / 2), mags.end());
-  const float median = mags[mags.size() / 2];
-  const float largest = *std::max_element(mags.begin(), mags.end());
-  const float smallest = *std::min_element(mags.begin(), mags.end());
-  const Limits l16 = limits_of(fp16().spec);
+/// The activation gradients one FP32 run produced: the dense tensors of
+/// Mlp::activation_gradients() (the ones the zero fraction counts) at every
+/// step, pooled.
+struct GradientSample {
+  std::string name;         ///< short, for the tables
+  std::string description;  ///< what was trained
+  std::string files;        ///< prefix of its SVG files
+  std::vector<float> g;     ///< every value
+  ZeroFraction zeros;       ///< its zero fraction (kZeroFractionDefinition)
+  /// Collect the last backward pass of `net`.
+  void add(const Mlp& net) {
+    for (const Tensor* t : dense_activation_gradients(net)) {
+      const MatrixF v = t->to_matrix();
+      g.insert(g.end(), v.data(), v.data() + v.size());
+      zeros.add(v);
+    }
+  }
+};
 
+/// The FP32 run that the pitfall no-loss-scaling compares with.
+GradientSample tiny_target_sample() {
+  GradientSample s{"tiny-target",
+                   "the FP32 run that the pitfall no-loss-scaling compares with: MLP 8-32-32-4 on the\n"
+                   "  synthetic tiny-target regression, AdamW, batch " +
+                       std::to_string(kTinyTargetBatch) + ", " + std::to_string(kTinyTargetSteps) + " steps",
+                   "fig3",
+                   {},
+                   {}};
+  TinyTargetRun run(DType::f32);
+  for (int step = 0; step < kTinyTargetSteps; ++step)
+    plain_step(run.net, run.opt, run.batches, [&] { s.add(run.net); });
+  return s;
+}
+
+/// A classifier trained in FP32 on the real handwritten digits: the
+/// network, data and SGD settings of the pitfall clip-before-unscale, without
+/// its clipping.
+GradientSample digits_sample() {
+  GradientSample s{"digits",
+                   "an FP32 classifier on the real handwritten digits: MLP 64-32-32-10, SGD (lr " +
+                       g6(kDigitsLr) + ", momentum 0.9),\n  batch " + std::to_string(kDigitsBatch) + ", " +
+                       std::to_string(kDigitsSteps) +
+                       " steps (the setup of the pitfall clip-before-unscale, no clipping)",
+                   "fig3-digits",
+                   {},
+                   {}};
+  DigitsRun run(DType::f32);
+  for (int step = 0; step < kDigitsSteps; ++step)
+    plain_step(run.net, run.opt, run.batches, [&] { s.add(run.net); });
+  return s;
+}
+
+// The paper's Fig. 3 for this chapter: the activation gradients of two FP32
+// runs, the synthetic tiny-target regression of the pitfall no-loss-scaling
+// and a classifier on the real digits, against fp16's range, before and
+// after multiplying by a loss scale.
+int figure(const std::string& dir) {
+  const std::vector<GradientSample> samples = {tiny_target_sample(), digits_sample()};
+  const Limits l16 = limits_of(fp16().spec);
   std::printf(
-      "activation gradients of the FP32 run that the pitfall no-loss-scaling compares with\n"
-      "(MLP 8-32-32-4 on the tiny-target regression, AdamW, batch %d): every tensor of\n"
-      "Mlp::activation_gradients() at each of the %d steps\n\n",
-      static_cast<int>(kTinyTargetBatch), kTinyTargetSteps);
-  std::printf("  values                               %.0f\n", n);
-  std::printf("  exactly 0 in FP32 (behind a ReLU)    %s\n",
-              pct(1.0 - static_cast<double>(mags.size()) / n).c_str());
-  std::printf("  largest |g|                          %s (%s)\n", dec(largest).c_str(),
-              log2_text(largest).c_str());
-  std::printf("  median nonzero |g|                   %s (%s)\n", dec(median).c_str(),
-              log2_text(median).c_str());
-  std::printf("  smallest nonzero |g|                 %s (%s)\n", dec(smallest).c_str(),
-              log2_text(smallest).c_str());
+      "activation gradients of two FP32 runs, the dense tensors of Mlp::activation_gradients()\n"
+      "(dlogits and each d(activation output)) at every step:\n");
+  for (const GradientSample& s : samples) std::printf("  %s: %s\n", s.name.c_str(), s.description.c_str());
+  std::printf("zero fraction: %s\n\n", kZeroFractionDefinition);
+
+  struct Stats {
+    float median, largest, smallest;
+  };
+  std::vector<Stats> stats;
+  for (const GradientSample& s : samples) {
+    std::vector<float> mags;
+    for (float v : s.g)
+      if (v != 0.0f) mags.push_back(std::fabs(v));
+    std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(mags.size() / 2), mags.end());
+    stats.push_back({mags[mags.size() / 2], *std::max_element(mags.begin(), mags.end()),
+                     *std::min_element(mags.begin(), mags.end())});
+  }
+  const auto both = [&](const char* what, const auto& cell) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %-26s", what);
+    std::string line = buf;
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      std::snprintf(buf, sizeof buf, " %-28s", cell(i).c_str());
+      line += buf;
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    std::printf("%s\n", line.c_str());
+  };
+  const auto with_log2 = [](float x) { return dec(x) + " (" + log2_text(x) + ")"; };
+  both("", [&](std::size_t i) { return samples[i].name; });
+  both("values", [&](std::size_t i) { return std::to_string(samples[i].g.size()); });
+  both("zero fraction in FP32", [&](std::size_t i) { return pct(samples[i].zeros.fraction()); });
+  both("largest |g|", [&](std::size_t i) { return with_log2(stats[i].largest); });
+  both("median nonzero |g|", [&](std::size_t i) { return with_log2(stats[i].median); });
+  both("smallest nonzero |g|", [&](std::size_t i) { return with_log2(stats[i].smallest); });
   std::printf("  fp16: min subnormal %s, min normal %s, max %s\n\n", p2(l16.min_subnormal).c_str(),
               p2(l16.min_normal).c_str(), dec(l16.max).c_str());
 
-  // The largest power of two that keeps the largest gradient finite in fp16
-  // (below max + ulp(max)/2 = 65520, where round-to-nearest overflows).
-  int k_max = 0;
-  while (static_cast<double>(largest) * std::ldexp(1.0, k_max + 1) < 65520.0) ++k_max;
-  std::printf("stored in fp16 after multiplying by S (fractions of all %.0f values):\n\n", n);
-  std::printf("%-8s %14s %12s %12s %10s %14s  %s\n", "S", "0 in fp16", "flushed", "subnormal", "overflow",
-              "normal", "");
-  struct Scale {
-    int k;
-    const char* note;
-  };
-  const std::vector<Scale> scales = {{0, "no loss scaling"},
-                                     {3, "the scale that sufficed for SSD in the paper"},
-                                     {8, ""},
-                                     {16, "GradScaler's default init_scale; the pitfall's run"},
-                                     {24, ""},
-                                     {k_max, "the largest power of two without overflow"}};
-  std::vector<float> scaled(g.size());
-  for (const Scale& s : scales) {
-    const float factor = std::ldexp(1.0f, s.k);
-    for (std::size_t i = 0; i < g.size(); ++i) scaled[i] = g[i] * factor;  // exact: a power of two
-    const RangeReport r = range_report(scaled.data(), scaled.size(), fp16());
-    const double zero = r.fraction(RangeClass::zero) + r.fraction(RangeClass::flushed_to_zero);
-    const double normal = r.fraction(RangeClass::exact) + r.fraction(RangeClass::rounded);
-    std::printf("%-8s %14s %12s %12s %10s %14s  %s\n", p2(factor).c_str(), pct(zero).c_str(),
-                pct(r.fraction(RangeClass::flushed_to_zero)).c_str(),
-                pct(r.fraction(RangeClass::subnormal_result)).c_str(),
-                pct(r.fraction(RangeClass::overflow)).c_str(), pct(normal).c_str(), s.note);
-    if (s.k == 0 || s.k == 16) {
-      const std::string name = s.k == 0 ? "fig3-unscaled.svg" : "fig3-scaled.svg";
-      const std::string path = dir + "/" + name;
-      std::ofstream f(path);
-      f << render_svg(r);
-      if (!f) throw std::runtime_error("cannot write " + path);
+  std::printf("stored in fp16 after multiplying by S (fractions of each run's values):\n\n");
+  std::printf("%-12s %-7s %10s %10s %10s %9s %9s  %s\n", "run", "S", "0 in fp16", "flushed", "subnormal",
+              "overflow", "normal", "");
+  std::string histograms;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const GradientSample& smp = samples[i];
+    // The largest power of two that keeps the largest gradient finite in
+    // fp16 (below max + ulp(max)/2 = 65520, where round-to-nearest overflows).
+    int k_max = 0;
+    while (static_cast<double>(stats[i].largest) * std::ldexp(1.0, k_max + 1) < 65520.0) ++k_max;
+    struct Scale {
+      int k;
+      std::string note;
+    };
+    std::vector<Scale> scales = {
+        {0, "no loss scaling"},
+        {3, "the scale that sufficed for SSD in the paper"},
+        {8, ""},
+        {16, "GradScaler's default init_scale" + std::string(i == 0 ? "; the pitfall's run" : "")},
+        {k_max, "the largest power of two without overflow"}};
+    if (k_max > 24) scales.insert(scales.end() - 1, Scale{24, ""});
+    std::vector<float> scaled(smp.g.size());
+    for (const Scale& sc : scales) {
+      if (sc.k > k_max) continue;  // overflows: only the scales that fit are shown
+      const float factor = std::ldexp(1.0f, sc.k);
+      for (std::size_t j = 0; j < smp.g.size(); ++j) scaled[j] = smp.g[j] * factor;  // exact: a power of two
+      const RangeReport r = range_report(scaled.data(), scaled.size(), fp16());
+      const double zero = r.fraction(RangeClass::zero) + r.fraction(RangeClass::flushed_to_zero);
+      const double normal = r.fraction(RangeClass::exact) + r.fraction(RangeClass::rounded);
+      std::printf("%-12s %-7s %10s %10s %10s %9s %9s  %s\n", smp.name.c_str(), p2(factor).c_str(),
+                  pct(zero).c_str(), pct(r.fraction(RangeClass::flushed_to_zero)).c_str(),
+                  pct(r.fraction(RangeClass::subnormal_result)).c_str(),
+                  pct(r.fraction(RangeClass::overflow)).c_str(), pct(normal).c_str(), sc.note.c_str());
+      if (sc.k == 0 || sc.k == 16) {
+        const std::string name = smp.files + (sc.k == 0 ? "-unscaled.svg" : "-scaled.svg");
+        const std::string path = dir + "/" + name;
+        std::ofstream f(path);
+        f << render_svg(r);
+        if (!f) throw std::runtime_error("cannot write " + path);
+        histograms += std::string(histograms.empty() ? "" : ",\n  ") + dir + "/" + name + " (" + smp.name +
+                      ", S = " + p2(factor) + ")";
+      }
     }
   }
   std::printf(
-      "\n'0 in fp16' = exact zeros + flushed; 'flushed' = nonzero values that round to 0.\n"
-      "histograms: %s/fig3-unscaled.svg (S = 1), %s/fig3-scaled.svg (S = 2^16)\n",
-      dir.c_str(), dir.c_str());
+      "\n'0 in fp16' = the zero fraction of the values stored in fp16: exact zeros + flushed;\n"
+      "'flushed' = nonzero values that round to 0.\n"
+      "histograms: %s\n",
+      histograms.c_str());
+  return 0;
+}
+
+// --- grad-growth ---------------------------------------------------------------
+
+// The run of the pitfall static-scale-too-large, with the GradScaler of its
+// fixed run (the two are the same run until the first overflow, and the
+// dynamic one goes on): at each step the largest |gradient| before
+// unscaling, divided by the scale to give the true one (exact: a power of
+// two), the gradient norm, the batch loss and the classifier's confidence
+// (the mean largest softmax probability on the batch). Do the gradients grow
+// as the classifier becomes confident?
+/// Pearson correlation of two equally long series.
+double correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  const auto n = static_cast<double>(a.size());
+  double ma = 0, mb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) ma += a[i] / n, mb += b[i] / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  return sab / std::sqrt(saa * sbb);
+}
+
+int grad_growth() {
+  BlobsRun run(DType::f16, kStaticLr, kStaticBatch);
+  GradScaler::Options o;
+  o.init_scale = kStaticScale;
+  GradScaler scaler(o);
+  std::printf(
+      "the run of the pitfall static-scale-too-large (fp16 MLP 8-32-32-4 on the blobs, SGD lr %s,\n"
+      "batch %d) with its fixed run's GradScaler from S = %s; per step, unscaled (the scaled\n"
+      "gradient / S): the largest |activation gradient|, the largest |weight gradient| and the\n"
+      "weight gradients' norm; the batch loss; the confidence (mean largest softmax probability)\n\n",
+      g6(kStaticLr).c_str(), static_cast<int>(kStaticBatch), p2(kStaticScale).c_str());
+  struct Row {
+    int step;
+    double act, weight, norm, loss, confidence;
+    bool stepped;
+  };
+  std::vector<Row> rows;
+  int first_overflow = 0;
+  for (int step = 1; step <= kStaticSteps; ++step) {
+    const Dataset b = run.batches.next();
+    const Tensor& out = run.net.forward(b.x);
+    const MatrixF logits = out.to_matrix();
+    const float loss = batch_loss(out, b);
+    (void)scaler.scale(loss);
+    run.opt.zero_grad();
+    run.net.backward(batch_loss_backward(out, b, scaler.get_scale()));
+    const double s = scaler.get_scale();
+    Row r{step, 0, 0, 0, loss, 0, true};
+    for (const Tensor& t : run.net.activation_gradients())
+      r.act = std::max(r.act, static_cast<double>(t.to_matrix().cwiseAbs().maxCoeff()) / s);
+    double sq = 0;
+    for (const Parameter* p : run.net.parameters()) {
+      const Eigen::MatrixXd g = p->grad.f32().cast<double>() / s;
+      r.weight = std::max(r.weight, g.cwiseAbs().maxCoeff());
+      sq += g.squaredNorm();
+    }
+    r.norm = std::sqrt(sq);
+    for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+      // The largest softmax probability of a row: 1 / sum_j exp(z_j - max z).
+      const Eigen::ArrayXd z = logits.row(i).cast<double>().transpose().array();
+      r.confidence += 1.0 / (z - z.maxCoeff()).exp().sum() / static_cast<double>(logits.rows());
+    }
+    r.stepped = scaler.step(run.opt);
+    scaler.update();
+    run.net.refresh_model_copies();
+    if (!r.stepped && first_overflow == 0) first_overflow = step;
+    rows.push_back(r);
+  }
+  std::printf("%5s %12s %15s %14s %10s %11s  %s\n", "step", "max |act g|", "max |weight g|", "weight g norm",
+              "loss", "confidence", "");
+  for (const Row& r : rows) {
+    const bool near = first_overflow != 0 && std::abs(r.step - first_overflow) <= 1;
+    if (!(r.step == 1 || r.step % 10 == 0 || near)) continue;
+    std::printf("%5d %12s %15s %14s %10s %11s  %s\n", r.step, g6(r.act).c_str(), g6(r.weight).c_str(),
+                g6(r.norm).c_str(), g6(r.loss).c_str(), g6(r.confidence).c_str(),
+                r.stepped ? "" : "overflow: step skipped, scale halved");
+  }
+  // The steps before the first overflow: do the largest gradients follow
+  // the confidence up?
+  const std::size_t before = first_overflow > 0 ? static_cast<std::size_t>(first_overflow - 1) : rows.size();
+  std::vector<double> conf, act, weight;
+  std::size_t top = 0;
+  for (std::size_t i = 0; i < before; ++i) {
+    conf.push_back(rows[i].confidence);
+    act.push_back(rows[i].act);
+    weight.push_back(rows[i].weight);
+    if (rows[i].weight > rows[top].weight) top = i;
+  }
+  const Row& last = rows[before - 1];
+  std::printf(
+      "\nsteps 1 to %d (before the first overflow): the confidence went from %s to %s;\n"
+      "  largest |act g|    from %s to %s (x %s), correlation with the confidence %s\n"
+      "  largest |weight g| from %s to %s (x %s), correlation with the confidence %s;\n"
+      "                     its largest, %s, at step %d\n",
+      last.step, g6(rows[0].confidence).c_str(), g6(last.confidence).c_str(), g6(rows[0].act).c_str(),
+      g6(last.act).c_str(), g6(last.act / rows[0].act).c_str(), g6(correlation(conf, act)).c_str(),
+      g6(rows[0].weight).c_str(), g6(last.weight).c_str(), g6(last.weight / rows[0].weight).c_str(),
+      g6(correlation(conf, weight)).c_str(), g6(rows[top].weight).c_str(), rows[top].step);
+  if (first_overflow > 0)
+    std::printf(
+        "step %d overflowed: a scaled gradient reached 65520, so some |g| >= 65520 / S = %s;\n"
+        "  the next step, at S/2, measured a largest |weight g| of %s\n",
+        first_overflow, g6(65520.0 / kStaticScale).c_str(),
+        static_cast<std::size_t>(first_overflow) < rows.size() ? g6(rows[first_overflow].weight).c_str()
+                                                               : "-");
   return 0;
 }
 
@@ -374,16 +554,29 @@ struct Toy {
   }
 };
 
+/// The verdict on a claim, from a comparison the caller made: "right" when
+/// the measurement agrees with the claim, "wrong" when it does not; the
+/// claimed and the measured behaviour side by side, then the reason for a
+/// wrong one (built from the measurements).
+void verdict(bool claim_holds, const std::string& claimed, const std::string& measured,
+             const std::string& why_wrong) {
+  std::printf("  verdict: %s (claimed: %s; measured: %s).\n", claim_holds ? "right" : "wrong",
+              claimed.c_str(), measured.c_str());
+  if (!claim_holds) std::printf("  %s\n", why_wrong.c_str());
+}
+
 void claim_update_after_step() {
   std::printf("claim: \"it does not matter where update() goes, or whether it runs every iteration\"\n");
   Toy t;
   GradScaler scaler;
   (void)scaler.scale(1.0f);
   t.backward(scaler.get_scale());
+  bool before_accepted = true, twice_accepted = true;
   try {
     scaler.update();  // before step()
     std::printf("  update() before step(): accepted\n");
   } catch (const std::logic_error& e) {
+    before_accepted = false;
     std::printf("  update() before step() throws:\n    %s\n", e.what());
   }
   scaler.step(t.opt);
@@ -397,28 +590,34 @@ void claim_update_after_step() {
     scaler.step(t.opt);
     std::printf("  a second step() without update(): accepted\n");
   } catch (const std::logic_error& e) {
+    twice_accepted = false;
     std::printf("  step() again without update() throws:\n    %s\n", e.what());
   }
-  std::printf(
-      "  verdict: wrong. update() comes after step() (it needs step()'s inf check), once\n"
-      "  at the end of every iteration (step() refuses to run twice without it).\n\n");
+  const auto said = [](bool accepted) { return std::string(accepted ? "accepted" : "refused"); };
+  verdict(before_accepted && twice_accepted, "both orders accepted",
+          "update() before step() " + said(before_accepted) + ", step() twice " + said(twice_accepted),
+          "update() comes after step() (it needs step()'s inf check), once\n"
+          "  at the end of every iteration (step() refuses to run twice without it).");
+  std::printf("\n");
 }
 
 void claim_scale_is_fp16() {
   std::printf("claim: \"the loss scale 2^16 is an fp16 number, like the gradients it scales\"\n");
   const GradScaler scaler;
   const float s = scaler.get_scale();
+  const float s16 = round_value(s, fp16());
   std::printf("  GradScaler().get_scale() (a float)                %s\n", dec(s).c_str());
-  std::printf("  2^16 stored in fp16                               %s\n",
-              dec(round_value(s, fp16())).c_str());
+  std::printf("  2^16 stored in fp16                               %s\n", dec(s16).c_str());
   std::printf("  largest finite fp16                               %s\n",
               dec(limits_of(fp16().spec).max).c_str());
   std::printf("  a loss of 2.5, scaled in FP32                     %s\n", dec(2.5f * s).c_str());
   std::printf("  a gradient of 2^-20, times 2^16, stored in fp16   %s\n",
               dec(round_value(std::ldexp(1.0f, -20) * s, fp16())).c_str());
-  std::printf(
-      "  verdict: wrong. 65536 overflows fp16; the scale and the scaled loss live in FP32,\n"
-      "  and only the scaled gradients are stored in fp16, where they fit.\n\n");
+  verdict(s16 == s, "fp16(" + dec(s) + ") = " + dec(s), "fp16(" + dec(s) + ") = " + dec(s16),
+          dec(s) +
+              " overflows fp16; the scale and the scaled loss live in FP32,\n"
+              "  and only the scaled gradients are stored in fp16, where they fit.");
+  std::printf("\n");
 }
 
 void claim_scale_floor() {
@@ -426,8 +625,9 @@ void claim_scale_floor() {
   Toy t;
   GradScaler scaler;
   int step = 0;
+  constexpr int kMaxSteps = 1000;
   std::printf("  every step overflows (an inf in the gradient), from the default 2^16:\n");
-  while (scaler.get_scale() != 0.0f && step < 1000) {
+  while (scaler.get_scale() != 0.0f && step < kMaxSteps) {
     (void)scaler.scale(1.0f);
     t.backward(1.0f);
     t.net.parameters()[0]->grad.f32()(0, 0) = std::numeric_limits<float>::infinity();
@@ -442,7 +642,8 @@ void claim_scale_floor() {
                   : s == 0.0f                   ? " (2^-150 is a tie: to even, 0)"
                                                 : "");
   }
-  // One more iteration at scale 0, with finite gradients.
+  const bool collapsed = scaler.get_scale() == 0.0f;
+  // One more iteration at the scale reached, with finite gradients.
   const float loss = scaler.scale(2.5f);
   t.backward(scaler.get_scale());
   const float grad_before = t.net.parameters()[0]->grad.f32()(0, 0);
@@ -455,42 +656,67 @@ void claim_scale_floor() {
   }
   const float inv = mpt::inverse_scale(scaler.get_scale());  // as unscale() takes it
   std::printf(
-      "  at scale 0: scaled loss %s, gradient %s, inverse scale 1/0 = %s,\n"
-      "  unscaled gradient 0 * inf = %s; found inf: %s (checked before the multiply),\n"
+      "  at scale %s: scaled loss %s, gradient %s, inverse scale 1/%s = %s,\n"
+      "  unscaled gradient %s * %s = %s; found inf: %s (checked before the multiply),\n"
       "  so step() %s and %.0f of %.0f weights are NaN\n",
-      dec(loss).c_str(), dec(grad_before).c_str(), dec(inv).c_str(),
+      dec(scaler.get_scale()).c_str(), dec(loss).c_str(), dec(grad_before).c_str(),
+      dec(scaler.get_scale()).c_str(), dec(inv).c_str(), dec(grad_before).c_str(), dec(inv).c_str(),
       std::isnan(grad_after) ? "NaN" : dec(grad_after).c_str(), *scaler.found_inf(t.opt) ? "yes" : "no",
       stepped ? "stepped" : "skipped", bad, weights);
   scaler.update();
-  std::printf(
-      "  verdict: wrong. There is no floor, in PyTorch or here: %d overflows in a row\n"
-      "  reach 0, and at 0 the NaN is not caught. load_state_dict() refuses a saved scale of 0.\n\n",
-      step);
+  verdict(!collapsed, "a floor above 0",
+          collapsed ? "0 after " + std::to_string(step) + " overflows in a row"
+                    : "still " + dec(scaler.get_scale()) + " after " + std::to_string(step) + " overflows",
+          "There is no floor, in PyTorch or here: " + std::to_string(step) +
+              " overflows in a row\n"
+              "  reach 0, and at 0 the NaN is not caught. load_state_dict() refuses a saved scale of 0.");
+  std::printf("\n");
 }
 
 void claim_bf16() {
   std::printf("claim: \"bf16 needs loss scaling as much as fp16\"\n");
-  std::printf("  the pitfall no-loss-scaling's run, without a scale, in three precisions:\n");
-  std::printf("    %-6s %22s %16s\n", "", "activation grads = 0", "relative loss");
+  std::printf(
+      "  the pitfall no-loss-scaling's run, without a scale, in three precisions; zero fraction:\n"
+      "  %s\n",
+      kZeroFractionDefinition);
+  std::printf("    %-6s %16s %16s %14s  %s\n", "", "zero fraction", "relative loss", "loss / FP32's",
+              "needs a scale?");
+  struct Result {
+    DType p;
+    double zero, loss;
+  };
+  std::vector<Result> results;
   for (DType p : {DType::f32, DType::f16, DType::bf16}) {
     TinyTargetRun run(p);
-    double zeros = 0, total = 0;
+    ZeroFraction zeros;
     for (int step = 0; step < kTinyTargetSteps; ++step)
-      plain_step(run.net, run.opt, run.batches, [&] {
-        for (const Tensor& t : run.net.activation_gradients()) {
-          const MatrixF v = t.to_matrix();
-          zeros += static_cast<double>((v.array() == 0.0f).count());
-          total += static_cast<double>(v.size());
-        }
-      });
+      plain_step(run.net, run.opt, run.batches, [&] { zeros.add(run.net); });
     const double loss =
         mse_loss(run.net.forward(tiny_targets().x), tiny_targets().targets) / target_power(tiny_targets());
-    std::printf("    %-6s %22s %16s\n", std::string(format_of(p).name).c_str(), pct(zeros / total).c_str(),
-                g6(loss).c_str());
+    results.push_back({p, zeros.fraction(), loss});
   }
+  const Result& f32 = results[0];
+  // "Needs a scale": fails the cure of the pitfall no-loss-scaling without
+  // one (more zeros than FP32 + 1 percentage point, or a loss more than 5%
+  // off FP32's).
+  const auto needs_scale = [&](const Result& r) {
+    return r.zero > f32.zero + 0.01 || std::fabs(r.loss / f32.loss - 1.0) > 0.05;
+  };
+  for (const Result& r : results)
+    std::printf("    %-6s %16s %16s %14s  %s\n", std::string(format_of(r.p).name).c_str(),
+                pct(r.zero).c_str(), g6(r.loss).c_str(), g6(r.loss / f32.loss).c_str(),
+                r.p == DType::f32 ? "(the baseline)"
+                : needs_scale(r)  ? "yes"
+                                  : "no");
   std::printf(
-      "  verdict: wrong. bf16 has FP32's exponent range (smallest normal 2^-126), so these\n"
-      "  gradients keep their values and it trains like FP32 without a scale.\n");
+      "  (needs a scale: the run misses the pitfall's cure without one, more zeros than FP32\n"
+      "  + 1 percentage point or a loss more than 5%% off FP32's)\n");
+  const bool fp16_needs = needs_scale(results[1]), bf16_needs = needs_scale(results[2]);
+  const auto yes_no = [](bool b) { return std::string(b ? "needs a scale" : "does not"); };
+  verdict(fp16_needs && bf16_needs, "both need a scale",
+          "fp16 " + yes_no(fp16_needs) + ", bf16 " + yes_no(bf16_needs),
+          "bf16 has FP32's exponent range (smallest normal 2^-126), so these\n"
+          "  gradients keep their values and it trains like FP32 without a scale.");
 }
 
 int claims() {
@@ -502,9 +728,11 @@ int claims() {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: ch02_numbers chain-rule|memory|adam-eps|claims\n"
-               "       ch02_numbers figure DIR   (writes DIR/fig3-unscaled.svg and DIR/fig3-scaled.svg)\n");
+  std::fprintf(
+      stderr,
+      "usage: ch02_numbers chain-rule|memory|grad-growth|adam-eps|claims\n"
+      "       ch02_numbers figure DIR   (writes DIR/fig3-unscaled.svg, DIR/fig3-scaled.svg,\n"
+      "                                 DIR/fig3-digits-unscaled.svg and DIR/fig3-digits-scaled.svg)\n");
   return 2;
 }
 
@@ -517,6 +745,7 @@ int main(int argc, char** argv) {
     if (what == "chain-rule" && argc == 2) return chain_rule();
     if (what == "memory" && argc == 2) return memory();
     if (what == "adam-eps" && argc == 2) return adam_eps();
+    if (what == "grad-growth" && argc == 2) return grad_growth();
     if (what == "claims" && argc == 2) return claims();
     if (what == "figure" && argc == 3) return figure(argv[2]);
   } catch (const std::exception& e) {

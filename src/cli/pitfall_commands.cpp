@@ -92,6 +92,20 @@ Json checks_json(const std::vector<std::pair<std::string, bool>>& checks) {
   return a;
 }
 
+// Each precondition with whether it held on the broken and on the fixed run.
+Json preconditions_json(const mpt::Verdict& v) {
+  Json a = Json::array();
+  const auto& b = v.precondition_checks_broken;
+  const auto& f = v.precondition_checks_fixed;
+  for (std::size_t i = 0; i < std::max(b.size(), f.size()); ++i) {
+    const std::string claim = i < b.size() ? b[i].first : f[i].first;
+    a.push_back({{"claim", claim},
+                 {"held_broken", i < b.size() && b[i].second},
+                 {"held_fixed", i < f.size() && f[i].second}});
+  }
+  return a;
+}
+
 Json verdict_json(const mpt::Verdict& v) {
   const mpt::Pitfall& p = *v.pitfall;
   return {{"id", p.id},
@@ -102,8 +116,10 @@ Json verdict_json(const mpt::Verdict& v) {
           {"fixed", run_json(v.fixed)},
           {"symptom", checks_json(v.symptom_checks)},
           {"cure", checks_json(v.cure_checks)},
+          {"preconditions", preconditions_json(v)},
           {"symptom_shown", v.symptom_shown()},
           {"fix_works", v.fix_works()},
+          {"preconditions_hold", v.preconditions_hold()},
           {"reproduced", v.reproduced()}};
 }
 
@@ -130,12 +146,22 @@ std::string verdict_text(const mpt::Verdict& v) {
   };
   checks("symptom (the broken run must show it):", v.symptom_checks);
   checks("cure (the fixed run must show it):", v.cure_checks);
+  if (!v.precondition_checks_broken.empty() || !v.precondition_checks_fixed.empty()) {
+    // Two marks per claim: held on the broken run, held on the fixed run.
+    o << "\npreconditions (both runs must show them; marks: broken, fixed):\n";
+    for (const Json& c : preconditions_json(v))
+      o << "  " << (c["held_broken"].get<bool>() ? "✓" : "✗") << (c["held_fixed"].get<bool>() ? "✓ " : "✗ ")
+        << c["claim"].get<std::string>() << "\n";
+  }
   std::vector<std::string> failures;
   if (!v.symptom_shown()) failures.push_back("the symptom did not show");
   if (!v.fix_works()) failures.push_back("the fix did not work");
+  if (!v.preconditions_hold()) failures.push_back("a shared precondition did not hold");
   o << "\nverdict: "
-    << (failures.empty() ? "reproduced: the broken run shows the symptom and the fix works"
-                         : "NOT reproduced: " + joined(failures))
+    << (failures.empty()
+            ? std::string("reproduced: the broken run shows the symptom and the fix works") +
+                  (v.pitfall->preconditions.empty() ? "" : ", and both runs meet the preconditions")
+            : "NOT reproduced: " + joined(failures))
     << "\n";
   return o.str();
 }
@@ -169,14 +195,17 @@ int cmd_tour(bool json, int chapter) {
     std::cout << Json{{"pitfalls", list}, {"all_reproduced", all_ok}}.dump(2) << "\n";
     return all_ok ? 0 : 1;
   }
-  std::vector<std::vector<std::string>> rows = {{"id", "chapter", "symptom shown", "fix works", "title"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"id", "chapter", "symptom shown", "fix works", "preconditions", "title"}};
   std::size_t failed = 0;
   for (const auto& v : verdicts) {
     failed += !v.reproduced();
+    // "-": the entry declares no shared preconditions.
+    const std::string pre = v.pitfall->preconditions.empty() ? "-" : v.preconditions_hold() ? "✓" : "✗";
     rows.push_back({v.pitfall->id, std::to_string(v.pitfall->chapter), v.symptom_shown() ? "✓" : "✗",
-                    v.fix_works() ? "✓" : "✗", v.pitfall->title});
+                    v.fix_works() ? "✓" : "✗", pre, v.pitfall->title});
   }
-  std::cout << table(rows, "lrccl") << "\n";
+  std::cout << table(rows, "lrcccl") << "\n";
   if (failed == 0) std::cout << "all " << verdicts.size() << " pitfalls reproduced, and every fix works\n";
   else
     std::cout << failed << " of " << verdicts.size()
@@ -204,8 +233,9 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   auto p = std::make_shared<PitfallArgs>();
   auto* pitfall = app.add_subcommand(
       "pitfall",
-      "Run one pitfall: its broken and its fixed run side by side, and every symptom and cure check. "
-      "Exit status 0 when reproduced (symptom shown and fix works), 1 when not.");
+      "Run one pitfall: its broken and its fixed run side by side, every symptom and cure check, and "
+      "the preconditions both runs share. Exit status 0 when reproduced (symptom shown, fix works, "
+      "preconditions held on both runs), 1 when not.");
   pitfall->add_option("ID", p->id, "pitfall id (see 'mpt pitfalls')")->required();
   pitfall->add_flag("--json", p->json,
                     "machine-readable output; outcome values that are NaN or inf are written as null");

@@ -1,6 +1,6 @@
 // Chapter 01 — tests of the pitfall registry and of chapter 1's pitfalls.
 // Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest,
-// test_support.hpp (failed_claims, any_fails).
+// test_support.hpp (failed_claims, check_separates, check_preconditions).
 //
 // The registry is the spine of the project: every entry must
 // still show its failure and its fix, and its checks must be able to fail,
@@ -24,7 +24,6 @@ using mpt::Check;
 using mpt::Pitfall;
 using mpt::Registry;
 using mpt::RunResult;
-using mpt_test::any_fails;
 using mpt_test::failed_claims;
 
 std::string outcome_names(const RunResult& r) {
@@ -61,6 +60,11 @@ TEST_CASE("every registered pitfall shows its symptom and its fix") {
                                             << failed_claims(v.symptom_checks));
       CHECK_MESSAGE(v.fix_works(), p.id << ": the fixed run does not show the fix; failed claims:"
                                         << failed_claims(v.cure_checks));
+      CHECK_MESSAGE(v.preconditions_hold(), p.id << ": a shared precondition does not hold; broken:"
+                                                 << failed_claims(v.precondition_checks_broken)
+                                                 << "\nfixed:" << failed_claims(v.precondition_checks_fixed));
+      CHECK(v.precondition_checks_broken.size() == p.preconditions.size());
+      CHECK(v.precondition_checks_fixed.size() == p.preconditions.size());
     }
   }
 }
@@ -95,23 +99,18 @@ TEST_CASE("chapter 1: broken and fixed runs measure the same things, determinist
   }
 }
 
-// If a broken run and its fixed run became identical (or the checks became
-// tautologies), the main test above could still pass. These cross-checks
-// catch that: the symptom must not be visible in the fixed run, and the
-// fixed run's properties must not hold for the broken run.
-TEST_CASE("chapter 1: the checks can fail") {
+// If a broken run and its fixed run became identical (or a check became a
+// tautology), the main test above could still pass. These cross-checks
+// catch that, check by check: every symptom check must fail on the fixed
+// run and every cure check on the broken run. What both runs share is
+// declared as a precondition, and must hold on both.
+TEST_CASE("chapter 1: every symptom check fails on the fixed run, every cure check on the broken run") {
   for (const Pitfall& p : mpt::pitfall_registry().all()) {
     if (p.chapter != 1) continue;
     SUBCASE(p.id.c_str()) {
       const RunResult broken = p.broken(), fixed = p.fixed();
-      const auto symptom_on_fixed = mpt::evaluate_checks(p.symptom, fixed);
-      const auto cure_on_broken = mpt::evaluate_checks(p.cure, broken);
-      CHECK_MESSAGE(any_fails(symptom_on_fixed), p.id << ": every symptom check also holds on the FIXED run");
-      CHECK_MESSAGE(any_fails(cure_on_broken), p.id << ": every cure check also holds on the BROKEN run");
-      // A check must fail because its predicate is false, not because it
-      // reads an outcome the other run lacks.
-      for (const auto* checks : {&symptom_on_fixed, &cure_on_broken})
-        for (const auto& c : *checks) CHECK(c.first.find("[check failed:") == std::string::npos);
+      mpt_test::check_separates(p, broken, fixed);
+      mpt_test::check_preconditions(p, broken, fixed);
     }
   }
 }
@@ -120,16 +119,18 @@ TEST_CASE("chapter 1: the checks can fail") {
 // runs; these tests say what the measurements must come out as).
 TEST_CASE("chapter 1: the numbers the chapter states") {
   const Registry& registry = mpt::pitfall_registry();
-  SUBCASE("fp16-overflow: squares overflow from 256 on, 65520 rounds to inf") {
+  SUBCASE("fp16-overflow: squares overflow from 256 on; the activations themselves fit") {
     const RunResult r = registry.get("fp16-overflow").broken();
-    CHECK(r.get("max_finite") == 65504.0);
-    CHECK(std::isinf(r.get("rounded_65520")));
     CHECK(r.get("smallest_overflowing_input") == 256.0);
+    CHECK(r.get("largest_activation") < 65504.0);
+    CHECK(std::isinf(r.get("sum_of_squares")));
+    CHECK(std::isinf(registry.get("fp16-overflow").fixed().get("smallest_overflowing_input")));
   }
   SUBCASE("fp16-lost-update: the threshold is 2^-11, half the spacing at 1") {
     const RunResult r = registry.get("fp16-lost-update").broken();
     CHECK(r.get("half_ulp_of_one") == std::ldexp(1.0, -11));
     CHECK(r.get("final_weight") == 1.0);
+    CHECK(r.get("update") <= r.get("half_ulp_of_one"));  // the cause: the update is below half an ulp
     const RunResult f = registry.get("fp16-lost-update").fixed();
     CHECK(f.get("final_fp16_copy") == 2.0);
   }
@@ -137,7 +138,7 @@ TEST_CASE("chapter 1: the numbers the chapter states") {
     const RunResult r = registry.get("fp16-sum-stagnation").broken();
     CHECK(r.get("final_sum") == 32.0);
     CHECK(r.get("ulp_at_final") == std::ldexp(1.0, -5));
-    CHECK(r.get("addend") != 0.01);  // fp16(0.01) is not 0.01
+    CHECK(r.get("addend") == std::ldexp(1311.0, -17));  // fp16(0.01) = 1311 * 2^-17, not 0.01
   }
   SUBCASE("fp16-gradient-underflow: the loss scale is a power of two, exact to undo") {
     const RunResult f = registry.get("fp16-gradient-underflow").fixed();
@@ -187,6 +188,13 @@ TEST_CASE("registry: add validates the entry") {
     Pitfall empty_predicate = sample("empty-predicate");
     empty_predicate.cure.push_back(Check{"holds somehow", nullptr});
     CHECK_THROWS_WITH_AS(r.add(empty_predicate), doctest::Contains("no predicate"), std::invalid_argument);
+    Pitfall empty_precondition = sample("empty-precondition");
+    empty_precondition.preconditions.push_back(Check{"both hold somehow", nullptr});
+    CHECK_THROWS_WITH_AS(r.add(empty_precondition), doctest::Contains("no predicate"), std::invalid_argument);
+    Pitfall unnamed_precondition = sample("unnamed-precondition");
+    unnamed_precondition.preconditions.push_back(Check{"", [](const RunResult&) { return true; }});
+    CHECK_THROWS_WITH_AS(r.add(unnamed_precondition), doctest::Contains("empty claim"),
+                         std::invalid_argument);
     CHECK(r.all().size() == 1);
   }
 }
@@ -211,6 +219,42 @@ TEST_CASE("RunResult::get names the outcomes that exist") {
   CHECK_THROWS_WITH_AS(r.get("final_weight"),
                        "no outcome named 'final_weight'; this run measured: final_sum, stalled_adds",
                        std::out_of_range);
+}
+
+TEST_CASE("run_pitfall: preconditions are checked on both runs") {
+  Pitfall p = sample("with-preconditions");
+  // x is 1 on the broken run and 2 on the fixed one.
+  p.preconditions = {Check{"x is positive", [](const RunResult& r) { return r.get("x") > 0; }}};
+  mpt::Verdict v = mpt::run_pitfall(p);
+  REQUIRE(v.precondition_checks_broken.size() == 1);
+  REQUIRE(v.precondition_checks_fixed.size() == 1);
+  CHECK(v.precondition_checks_broken[0] == std::make_pair(std::string("x is positive"), true));
+  CHECK(v.preconditions_hold());
+  CHECK(v.reproduced());
+
+  SUBCASE("one that fails on one run only fails the verdict") {
+    p.preconditions.push_back(Check{"x is 2", [](const RunResult& r) { return r.get("x") == 2.0; }});
+    v = mpt::run_pitfall(p);
+    CHECK(v.symptom_shown());
+    CHECK(v.fix_works());
+    CHECK_FALSE(v.precondition_checks_broken[1].second);
+    CHECK(v.precondition_checks_fixed[1].second);
+    CHECK_FALSE(v.preconditions_hold());
+    CHECK_FALSE(v.reproduced());
+  }
+  SUBCASE("a run that throws fails them") {
+    p.fixed = []() -> RunResult { throw std::runtime_error("no data"); };
+    v = mpt::run_pitfall(p);
+    REQUIRE(v.precondition_checks_fixed.size() == 1);
+    CHECK(v.precondition_checks_fixed[0].first.find("no data") != std::string::npos);
+    CHECK_FALSE(v.preconditions_hold());
+  }
+  SUBCASE("an entry without preconditions has none to hold") {
+    p.preconditions.clear();
+    v = mpt::run_pitfall(p);
+    CHECK(v.precondition_checks_broken.empty());
+    CHECK(v.preconditions_hold());
+  }
 }
 
 TEST_CASE("run_pitfall: a run that throws is reported as failed, not a crash") {
@@ -267,6 +311,20 @@ TEST_CASE("independent checks: reproduced() on hand-built verdicts") {
   CHECK(verdict(held, held).symptom_shown());
   CHECK_FALSE(verdict(held, one_failed).fix_works());
   CHECK(verdict(held, one_failed).symptom_shown());
+  // Shared preconditions: none declared holds; one failing on either run fails.
+  mpt::Verdict v = verdict(held, held);
+  v.precondition_checks_broken = held;
+  v.precondition_checks_fixed = held;
+  CHECK(v.preconditions_hold());
+  CHECK(v.reproduced());
+  v.precondition_checks_fixed = one_failed;
+  CHECK_FALSE(v.preconditions_hold());
+  CHECK_FALSE(v.reproduced());
+  v.precondition_checks_fixed = held;
+  v.precondition_checks_broken = {{"a", false}};
+  CHECK_FALSE(v.reproduced());
+  CHECK(v.symptom_shown());
+  CHECK(v.fix_works());
 }
 
 TEST_CASE("independent checks: fp16-sum-stagnation against an Eigen::half loop") {

@@ -114,6 +114,38 @@ inline bool any_fails(const Checks& checks) {
   return false;
 }
 
+/// The separation every chapter's pitfall suite asserts, check by check:
+/// each symptom check fails on the fixed run and each cure check fails on
+/// the broken run (what both runs share belongs in Pitfall::preconditions),
+/// and a check fails because its predicate is false, not because it reads an
+/// outcome the other run lacks.
+inline void check_separates(const mpt::Pitfall& p, const mpt::RunResult& broken,
+                            const mpt::RunResult& fixed) {
+  for (const auto& c : mpt::evaluate_checks(p.symptom, fixed)) {
+    CHECK_MESSAGE(!c.second, p.id << ": the symptom check '" << c.first
+                                  << "' also holds on the FIXED run (if both runs share it, it is a "
+                                     "precondition)");
+    CHECK(c.first.find("[check failed:") == std::string::npos);
+  }
+  for (const auto& c : mpt::evaluate_checks(p.cure, broken)) {
+    CHECK_MESSAGE(!c.second, p.id << ": the cure check '" << c.first
+                                  << "' also holds on the BROKEN run (if both runs share it, it is a "
+                                     "precondition)");
+    CHECK(c.first.find("[check failed:") == std::string::npos);
+  }
+}
+
+/// The shared preconditions of a pitfall hold on both of its runs.
+inline void check_preconditions(const mpt::Pitfall& p, const mpt::RunResult& broken,
+                                const mpt::RunResult& fixed) {
+  for (const auto* run : {&broken, &fixed}) {
+    const std::string side = run == &broken ? "broken" : "fixed";
+    for (const auto& c : mpt::evaluate_checks(p.preconditions, *run))
+      CHECK_MESSAGE(c.second,
+                    p.id << ": the precondition '" << c.first << "' does not hold on the " << side << " run");
+  }
+}
+
 /// The assertions every chapter's pitfall suite makes about a pitfall's two
 /// runs: the same outcome names in the same order (so the text and the JSON
 /// can put them side by side), and both runs described.

@@ -134,7 +134,8 @@ Pitfall fp16_sum_stagnation_pitfall() {
                 [](const RunResult& r) {
                   return r.get("rel_error") <= r.get("steps") * unit_roundoff(fp32());
                 }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch01

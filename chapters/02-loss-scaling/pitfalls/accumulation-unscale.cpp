@@ -240,7 +240,8 @@ Pitfall accumulation_unscale_pitfall() {
                 [](const RunResult& r) { return r.get("first_step_grad_error") < 0.01; }),
           check("the loss is within 5% of FP32's",
                 [](const RunResult& r) { return within(r.get("loss_ratio"), 1.0, 0.05); }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

@@ -35,21 +35,6 @@ double nonfinite_weights(Mlp& net) {
   return n;
 }
 
-BlobsRun::BlobsRun(DType p, double lr, Eigen::Index batch, MasterWeights mw)
-    : net([&] {
-        MlpConfig c = mlp_config(kBlobsNet, p, kBlobsSeed);
-        c.master_weights = mw;
-        return c;
-      }()),
-      opt(net.parameters(),
-          [lr] {
-            SgdOptions o;
-            o.lr = lr;
-            o.momentum = 0.9;
-            return o;
-          }()),
-      batches(blobs().train, batch, kBatchSeed) {}
-
 Check check(std::string claim, std::function<bool(const RunResult&)> holds) {
   return Check{std::move(claim), std::move(holds)};
 }

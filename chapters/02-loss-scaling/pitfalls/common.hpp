@@ -1,7 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: what the chapter's
 // pitfalls share, and the declarations of their registry entries.
-// Depends on: ../training.hpp (Batches, blobs(), the network's sizes and
-// seeds), mpt/core/pitfall.hpp (Check, Pitfall, RunResult), mpt/nn/data.hpp
+// Depends on: ../training.hpp (Batches, the runs SgdRun, BlobsRun,
+// DigitsRun, the data sets), mpt/core/pitfall.hpp (Check, Pitfall, RunResult), mpt/nn/data.hpp
 // (Dataset), mpt/nn/mlp.hpp (Mlp), mpt/optim/sgd.hpp (SGD); <functional>,
 // <string>.
 //
@@ -12,8 +12,10 @@
 // training steps are in training.hpp, which numbers.cpp shares); the rest
 // stays in its pitfall's file.
 //
-// Every run trains a small MLP on one of the synthetic sets of data.hpp (no
-// data file needed), seeded, in a fraction of a second. Each pitfall also
+// Every run trains a small MLP on one of the synthetic sets of data.hpp or,
+// for clip-before-unscale, on the real digits (the file tools/fetch_digits.sh
+// fetches; a missing file is an error that says how to fetch it), seeded, in
+// a fraction of a second. Each pitfall also
 // trains an FP32 baseline where its checks need one ("tracks FP32"), with the
 // same seed, batches and hyperparameters; a baseline is deterministic, so it
 // is trained once per process and shared by the broken and the fixed run.
@@ -48,16 +50,6 @@ double set_accuracy(Mlp& net, const Dataset& d);
 
 /// Master weights that are inf or NaN.
 double nonfinite_weights(Mlp& net);
-
-/// An SGD run on the blobs: the network, its optimizer and its batches.
-struct BlobsRun {
-  Mlp net;          ///< kBlobsNet in precision p, weights from kBlobsSeed
-  SGD opt;          ///< SGD, momentum 0.9, learning rate lr
-  Batches batches;  ///< batches of `batch` from blobs().train, kBatchSeed
-  /// A fresh run: precision `p`, learning rate `lr`, batch size `batch`,
-  /// master weights `mw`.
-  BlobsRun(DType p, double lr, Eigen::Index batch, MasterWeights mw = MasterWeights::fp32);
-};
 
 /// A check of an entry. Each check reads outcomes by name, so a renamed
 /// outcome makes the check fail loudly instead of silently passing.

@@ -138,7 +138,8 @@ Pitfall update_forgotten_pitfall() {
                 }),
           check("update() counted every clean step",
                 [](const RunResult& r) { return r.get("growth_tracker") == r.get("iterations"); }),
-      }};
+      },
+      {}};
 }
 
 }  // namespace mpt::ch02

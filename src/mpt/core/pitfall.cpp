@@ -36,11 +36,14 @@ std::string what_of(const std::exception_ptr& e) {
   }
 }
 
-// Run one side; on an exception return an empty result whose only check
-// entry says what went wrong, so the verdict is "not reproduced" instead of
-// a crash of the whole tour.
-void run_side(const std::function<RunResult()>& run, const std::vector<Check>& checks, const char* side,
-              RunResult& result, std::vector<std::pair<std::string, bool>>& verdicts) {
+// Run one side and evaluate its checks and the preconditions on it; on an
+// exception return an empty result whose only check entry (in each list)
+// says what went wrong, so the verdict is "not reproduced" instead of a
+// crash of the whole tour.
+void run_side(const std::function<RunResult()>& run, const std::vector<Check>& checks,
+              const std::vector<Check>& preconditions, const char* side, RunResult& result,
+              std::vector<std::pair<std::string, bool>>& verdicts,
+              std::vector<std::pair<std::string, bool>>& precondition_verdicts) {
   std::exception_ptr failure;
   try {
     result = run();
@@ -53,9 +56,12 @@ void run_side(const std::function<RunResult()>& run, const std::vector<Check>& c
     result.setup = std::string("the ") + side + " run threw an exception";
     result.explanation = message;
     verdicts = {{std::string("the ") + side + " run completes [it threw: " + message + "]", false}};
+    precondition_verdicts.clear();
+    if (!preconditions.empty()) precondition_verdicts = verdicts;
     return;
   }
   verdicts = evaluate_checks(checks, result);
+  precondition_verdicts = evaluate_checks(preconditions, result);
 }
 
 bool all_hold(const std::vector<std::pair<std::string, bool>>& checks) {
@@ -78,6 +84,14 @@ double RunResult::get(std::string_view name) const {
 
 bool Verdict::symptom_shown() const { return all_hold(symptom_checks); }
 bool Verdict::fix_works() const { return all_hold(cure_checks); }
+bool Verdict::preconditions_hold() const {
+  // Nothing to hold for an entry without preconditions; a run that threw
+  // left a failed entry in its list (run_side).
+  for (const auto* checks : {&precondition_checks_broken, &precondition_checks_fixed})
+    for (const auto& c : *checks)
+      if (!c.second) return false;
+  return true;
+}
 
 void Registry::add(Pitfall p) {
   const std::string who = "pitfall '" + p.id + "': ";
@@ -93,7 +107,7 @@ void Registry::add(Pitfall p) {
   if (!p.fixed) throw std::invalid_argument(who + "has no fixed run");
   if (p.symptom.empty()) throw std::invalid_argument(who + "has no symptom check");
   if (p.cure.empty()) throw std::invalid_argument(who + "has no cure check");
-  for (const auto* checks : {&p.symptom, &p.cure})
+  for (const auto* checks : {&p.symptom, &p.cure, &p.preconditions})
     for (const auto& c : *checks) {
       if (c.claim.empty()) throw std::invalid_argument(who + "a check has an empty claim");
       if (!c.holds) throw std::invalid_argument(who + "check '" + c.claim + "' has no predicate");
@@ -139,8 +153,9 @@ std::vector<std::pair<std::string, bool>> evaluate_checks(const std::vector<Chec
 Verdict run_pitfall(const Pitfall& p) {
   Verdict v;
   v.pitfall = &p;
-  run_side(p.broken, p.symptom, "broken", v.broken, v.symptom_checks);
-  run_side(p.fixed, p.cure, "fixed", v.fixed, v.cure_checks);
+  run_side(p.broken, p.symptom, p.preconditions, "broken", v.broken, v.symptom_checks,
+           v.precondition_checks_broken);
+  run_side(p.fixed, p.cure, p.preconditions, "fixed", v.fixed, v.cure_checks, v.precondition_checks_fixed);
   return v;
 }
 

@@ -3,9 +3,10 @@
 //
 // The pitfall registry: each documented failure mode is
 // defined once — a broken run, a fixed run, their measured outcomes, and
-// the predicates the broken run must satisfy (the symptom) and the fixed
-// run must satisfy (the fix). The CLI, the tests, the docs and the
-// notebooks all read this registry.
+// the predicates the broken run must satisfy (the symptom), the fixed run
+// must satisfy (the fix), and both must satisfy (the shared preconditions of
+// the story). The CLI, the tests, the docs and the notebooks all read this
+// registry.
 #pragma once
 
 #include <functional>
@@ -46,6 +47,14 @@ struct Check {
 /// quantities (same outcome names, same order) on two configurations, so
 /// they can be shown side by side and every check can be evaluated on
 /// either run.
+///
+/// The checks separate the two runs: every symptom check holds on the
+/// broken run and fails on the fixed one, every cure check holds on the
+/// fixed run and fails on the broken one (the tests assert both, check by
+/// check). What the story needs of both runs alike — the same inputs, the
+/// same behaviour up to the point where the fix acts — is a precondition:
+/// it must hold on both runs, and it is shown apart from the symptom and
+/// the cure.
 struct Pitfall {
   std::string id;                     ///< kebab-case, e.g. "fp16-overflow"
   int chapter = 0;                    ///< chapter that introduces it
@@ -53,8 +62,11 @@ struct Pitfall {
   std::string mechanism;              ///< the mechanism in one sentence
   std::function<RunResult()> broken;  ///< the run that shows the failure
   std::function<RunResult()> fixed;   ///< the same measurement with the fix applied
-  std::vector<Check> symptom;         ///< must all hold on the broken run
-  std::vector<Check> cure;            ///< must all hold on the fixed run
+  std::vector<Check> symptom;         ///< must all hold on the broken run, and each fail on the fixed run
+  std::vector<Check> cure;            ///< must all hold on the fixed run, and each fail on the broken run
+  /// Shared preconditions: must all hold on both runs (optional; none by
+  /// default). Not a symptom and not a cure: what both sides have in common.
+  std::vector<Check> preconditions;
 };
 
 /// The result of running one pitfall and checking both sides.
@@ -64,12 +76,19 @@ struct Verdict {
   ///@{
   RunResult broken, fixed;
   ///@}
-  std::vector<std::pair<std::string, bool>> symptom_checks;  ///< claim, held?
-  std::vector<std::pair<std::string, bool>> cure_checks;     ///< claim, held?
-  bool symptom_shown() const;                                ///< every symptom check held on the broken run
-  bool fix_works() const;                                    ///< every cure check held on the fixed run
-  /// The pitfall reproduces: the symptom shows and the fix works.
-  bool reproduced() const { return symptom_shown() && fix_works(); }
+  std::vector<std::pair<std::string, bool>> symptom_checks;  ///< claim, held on the broken run?
+  std::vector<std::pair<std::string, bool>> cure_checks;     ///< claim, held on the fixed run?
+  /// The preconditions on each run: claim, held? (in the entry's order).
+  ///@{
+  std::vector<std::pair<std::string, bool>> precondition_checks_broken, precondition_checks_fixed;
+  ///@}
+  bool symptom_shown() const;  ///< every symptom check held on the broken run
+  bool fix_works() const;      ///< every cure check held on the fixed run
+  /// Every precondition held on both runs (true for an entry without any).
+  bool preconditions_hold() const;
+  /// The pitfall reproduces: the symptom shows, the fix works, and the
+  /// shared preconditions hold on both runs.
+  bool reproduced() const { return symptom_shown() && fix_works() && preconditions_hold(); }
 };
 
 /// The set of pitfalls, in registration (chapter) order.
@@ -97,8 +116,10 @@ class Registry {
 std::vector<std::pair<std::string, bool>> evaluate_checks(const std::vector<Check>& checks,
                                                           const RunResult& result);
 
-/// Run both sides of a pitfall and evaluate its checks. A run that throws
-/// is reported as a failed check carrying the exception's message.
+/// Run both sides of a pitfall and evaluate its checks: the symptom on the
+/// broken run, the cure on the fixed run, the preconditions on both. A run
+/// that throws is reported as a failed check carrying the exception's
+/// message (in the symptom or cure list, and in its preconditions list).
 Verdict run_pitfall(const Pitfall& p);
 
 /// The project's registry with every chapter's pitfalls (defined in
