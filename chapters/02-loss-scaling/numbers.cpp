@@ -7,7 +7,7 @@
 //
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
-//   ch02_numbers chain-rule|memory|grad-growth|adam-eps|claims
+//   ch02_numbers chain-rule|memory|grad-growth|static-scale|adam-eps|claims
 //   ch02_numbers figure DIR     (also writes DIR/fig3-unscaled.svg, DIR/fig3-scaled.svg,
 //                                DIR/fig3-digits-unscaled.svg, DIR/fig3-digits-scaled.svg)
 // figure reads the real digits file (it fails with the fetch commands when
@@ -485,6 +485,65 @@ int grad_growth() {
   return 0;
 }
 
+// --- static-scale --------------------------------------------------------------
+
+// The two decisions inside "static loss scaling", separated: a constant scale
+// or one that moves, and whether a step with inf/NaN gradients is skipped.
+// The run of the pitfall static-scale-too-large, with each of three scalers,
+// from its scale 2^18 (which fits the first steps) and from 2^20 (which
+// overflows from step 1).
+struct StaticScaleRow {
+  double overflows = 0, skipped = 0, first_overflow = 0, final_scale = 0, bad = 0, accuracy = 0;
+};
+
+template <class Scaler>
+StaticScaleRow static_scale_row(Scaler& scaler) {
+  BlobsRun run(DType::f16, kStaticLr, kStaticBatch);
+  StaticScaleRow r;
+  for (int step = 1; step <= kStaticSteps; ++step) {
+    scaled_backward(run.net, run.opt, run.batches, scaler);
+    r.skipped += !scaler.step(run.opt);
+    if (*scaler.found_inf(run.opt) && r.overflows++ == 0) r.first_overflow = step;
+    scaler.update();
+    run.net.refresh_model_copies();
+  }
+  r.final_scale = scaler.get_scale();
+  for (const Parameter* p : run.net.parameters())
+    r.bad += static_cast<double>((!p->master.f32().array().isFinite()).count());
+  r.accuracy = accuracy(run.net.forward(blobs().test.x), blobs().test.labels);
+  return r;
+}
+
+int static_scale() {
+  std::printf(
+      "the run of the pitfall static-scale-too-large (fp16 MLP 8-32-32-4 on the blobs, SGD lr %s,\n"
+      "batch %d, %d steps) with three scalers: a constant scale that steps anyway (NVIDIA apex with a\n"
+      "fixed loss_scale), a constant scale that skips a step with inf/NaN gradients (Megatron-LM's\n"
+      "ConstantGradScaler; the paper's suggestion), and PyTorch's dynamic GradScaler\n\n",
+      g6(kStaticLr).c_str(), static_cast<int>(kStaticBatch), kStaticSteps);
+  std::printf("%-8s %-28s %9s %14s %8s %12s %16s %9s\n", "S", "scaler", "overflows", "first overflow",
+              "skipped", "final scale", "inf/NaN weights", "accuracy");
+  const auto print = [](float s, const char* name, const StaticScaleRow& r) {
+    std::printf("%-8s %-28s %9.0f %14.0f %8.0f %12s %16.0f %9s\n", p2(s).c_str(), name, r.overflows,
+                r.first_overflow, r.skipped, p2(r.final_scale).c_str(), r.bad, g6(r.accuracy).c_str());
+  };
+  for (const float s : {kStaticScale, 4 * kStaticScale}) {
+    StaticScaler no_skip(s);
+    print(s, "constant, steps anyway", static_scale_row(no_skip));
+    StaticScaler skip(s, /*skip_nonfinite_steps=*/true);
+    print(s, "constant, skips overflows", static_scale_row(skip));
+    GradScaler::Options o;
+    o.init_scale = s;
+    GradScaler dynamic(o);
+    print(s, "dynamic (GradScaler)", static_scale_row(dynamic));
+  }
+  BlobsRun fp32(DType::f32, kStaticLr, kStaticBatch);
+  for (int step = 0; step < kStaticSteps; ++step) plain_step(fp32.net, fp32.opt, fp32.batches);
+  std::printf("\nthe FP32 baseline, no scaling: accuracy %s (4 classes: chance is 0.25)\n",
+              g6(accuracy(fp32.net.forward(blobs().test.x), blobs().test.labels)).c_str());
+  return 0;
+}
+
 // --- adam-eps ------------------------------------------------------------------
 
 // AdamW with fp16 state and arithmetic, for several eps, next to PyTorch's
@@ -730,7 +789,7 @@ int claims() {
 int usage() {
   std::fprintf(
       stderr,
-      "usage: ch02_numbers chain-rule|memory|grad-growth|adam-eps|claims\n"
+      "usage: ch02_numbers chain-rule|memory|grad-growth|static-scale|adam-eps|claims\n"
       "       ch02_numbers figure DIR   (writes DIR/fig3-unscaled.svg, DIR/fig3-scaled.svg,\n"
       "                                 DIR/fig3-digits-unscaled.svg and DIR/fig3-digits-scaled.svg)\n");
   return 2;
@@ -746,6 +805,7 @@ int main(int argc, char** argv) {
     if (what == "memory" && argc == 2) return memory();
     if (what == "adam-eps" && argc == 2) return adam_eps();
     if (what == "grad-growth" && argc == 2) return grad_growth();
+    if (what == "static-scale" && argc == 2) return static_scale();
     if (what == "claims" && argc == 2) return claims();
     if (what == "figure" && argc == 3) return figure(argv[2]);
   } catch (const std::exception& e) {

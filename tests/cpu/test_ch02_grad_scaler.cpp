@@ -774,7 +774,7 @@ TEST_CASE("StaticScaler: the scale never changes, and by default an overflow is 
   CHECK_FALSE(s.skips_nonfinite_steps());
   Model m({2048.0f, kInf});
   CHECK(s.scale(2.0f) == 2048.0f);
-  CHECK(s.step(m.opt));  // classic static scaling: the inf goes to the optimizer
+  CHECK(s.step(m.opt));  // no skip (apex's static loss scale): the inf goes to the optimizer
   CHECK(m.opt.steps == 1);
   CHECK(s.found_inf(m.opt) == true);
   CHECK(m.grad(0) == 2.0f);

@@ -1,5 +1,4 @@
-// Chapter 02 — pitfall clip-before-unscale: gradient clipping before unscale: every step clipped to
-// max_norm/S
+// Chapter 02 — pitfall clip-before-unscale: clipping before unscale clips to max_norm/S.
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (plain_step, scaled_backward, digits()),
 // mpt/amp/grad_scaler.hpp, mpt/nn/mlp.hpp, mpt/optim/sgd.hpp; <algorithm>,

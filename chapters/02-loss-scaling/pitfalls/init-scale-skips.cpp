@@ -1,16 +1,18 @@
-// Chapter 02 — pitfall init-scale-skips: init scale 2^16: the first iterations are skipped, the schedule is
-// not Depends on: common.hpp (the chapter's helpers, this entry's declaration),
+// Chapter 02 — pitfall init-scale-skips: the first iterations skipped, the schedule not.
+// Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (Batches, mlp_config, scaled_backward, target_power),
 // mpt/amp/grad_scaler.hpp, mpt/nn/data.hpp (make_tiny_target_regression),
 // mpt/nn/mlp.hpp, mpt/optim/adamw.hpp, Eigen (the weights as one vector);
-// <algorithm>, <cstddef>, <string>, <utility>, <vector>.
+// <algorithm>, <cstddef>, <cstdint>, <string>, <utility>, <vector>.
 //
 // From 2^16 the scaler needs a few overflowing iterations to find a scale
 // that fits the gradients; it skips them. A learning-rate schedule stepped
 // every iteration counts those skipped steps too, so the first real update
-// starts partway into the warmup. Step the schedule only after a real step.
+// starts partway into the warmup. Step the schedule only after a real step,
+// told the way that works in PyTorch too: update() lowered the scale.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,21 +120,27 @@ ScheduleRun schedule_run(bool count_skipped) {
     const Eigen::VectorXd before = r.first_update == 0 ? weights_of(net) : Eigen::VectorXd();
     scaled_backward(net, opt, batches, scaler);  // forward, S * loss, backward
     const float scale_used = scaler.get_scale();
-    const int position = scheduler_count;  // the schedule value this iteration's step uses
-    bool stepped = false;
+    const int position = scheduler_count;              // the schedule value this iteration's step uses
+    const std::int64_t adam_steps = opt.step_count();  // for the outcomes: did this iteration step?
     if (count_skipped) {
       //! [init-scale-skips-broken]
-      stepped = scaler.step(opt);
+      scaler.step(opt);
       scaler.update();
       opt.set_lr(warmup_lr(++scheduler_count));  // scheduler.step(): every iteration
       //! [init-scale-skips-broken]
     } else {
       //! [init-scale-skips-fixed]
-      stepped = scaler.step(opt);
+      // In PyTorch scaler.step() returns what optimizer.step() returned
+      // (usually None), so its value cannot tell a skip. update() can: it
+      // lowers the scale exactly when the step was skipped.
+      const float scale_before = scaler.get_scale();
+      scaler.step(opt);
       scaler.update();
-      if (stepped) opt.set_lr(warmup_lr(++scheduler_count));  // only after a real step
+      const bool skipped = scaler.get_scale() < scale_before;
+      if (!skipped) opt.set_lr(warmup_lr(++scheduler_count));  // scheduler.step(): real steps only
       //! [init-scale-skips-fixed]
     }
+    const bool stepped = opt.step_count() > adam_steps;
     if (!stepped) {
       ++r.skipped;
       if (r.first_update == 0) ++r.initial_skips;

@@ -1,13 +1,15 @@
-// Chapter 02 — pitfall static-scale-too-large: a static loss scale overflows once the gradients grow
+// Chapter 02 — pitfall static-scale-too-large: a static loss scale that steps through an overflow
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (plain_step, scaled_backward, blobs()),
 // mpt/amp/grad_scaler.hpp (GradScaler, StaticScaler); <algorithm>, <cmath>,
 // <string>, <utility>.
 //
-// A constant scale that fits the early gradients overflows fp16 (max 65504)
-// once they grow. Classic static scaling steps anyway, so the inf reaches the
-// weights and turns them to NaN; the dynamic scaler skips such a step and
-// halves the scale.
+// A constant scale that fits the first steps' gradients is overflowed by a
+// later batch's (fp16's max is 65504). A scaler that steps anyway (NVIDIA
+// apex with a fixed loss_scale) sends the inf into the weights and turns them
+// to NaN; the dynamic scaler skips such a step and halves the scale.
+// ch02_numbers static-scale separates the two decisions (a constant scale;
+// no skip) with a third scaler, a constant scale that skips.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -140,10 +142,10 @@ Pitfall static_scale_too_large_pitfall() {
   return Pitfall{
       "static-scale-too-large",
       2,
-      "a static loss scale overflows once the gradients grow",
-      "A constant scale chosen for the early gradients overflows fp16 (max 65504) when they grow; "
-      "classic static scaling steps anyway, so inf reaches the weights and turns them to NaN, while "
-      "the dynamic scaler skips that step and halves the scale.",
+      "a static loss scale that steps through an overflow: inf reaches the weights",
+      "A constant scale that fits the first steps' gradients is overflowed by a later batch's (fp16's "
+      "max is 65504); a scaler that steps anyway, as apex's static loss scale does, sends the inf into "
+      "the weights and turns them to NaN, while the dynamic scaler skips that step and halves the scale.",
       static_scale_broken,
       static_scale_fixed,
       {

@@ -194,8 +194,10 @@ class GradScaler {
 /// per-optimizer state machine and misuse errors, but update() never changes
 /// the scale and needs no inf check. Unscaling still checks for inf/NaN
 /// (found_inf() tells); whether step() then skips optimizer.step() is a
-/// choice: classic static scaling does not skip, so an overflow reaches the
-/// weights — the failure this class exists to show.
+/// choice: NVIDIA apex's static loss scale does not skip, so an overflow
+/// reaches the weights (the failure this class exists to show by default);
+/// Megatron-LM's constant scaler does skip, as Micikevicius et al. (§3.2)
+/// suggest.
 class StaticScaler {
  public:
   /// A constant `scale` (finite and > 0, else std::invalid_argument). With
