@@ -123,11 +123,15 @@ Json verdict_json(const mpt::Verdict& v) {
           {"reproduced", v.reproduced()}};
 }
 
-std::string verdict_text(const mpt::Verdict& v) {
+/// The report of one pitfall; `measured_only` leaves out the title and
+/// mechanism lines (the chapter text tells the mechanism, once).
+std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
   const mpt::Pitfall& p = *v.pitfall;
   std::ostringstream o;
-  o << p.id << " (chapter " << p.chapter << "): " << p.title << "\n";
-  o << "mechanism: " << p.mechanism << "\n\n";
+  if (!measured_only) {
+    o << p.id << " (chapter " << p.chapter << "): " << p.title << "\n";
+    o << "mechanism: " << p.mechanism << "\n\n";
+  }
   o << "broken: " << v.broken.setup << "\n";
   o << "fixed:  " << v.fixed.setup << "\n\n";
   std::vector<std::vector<std::string>> rows = {{"outcome", "broken", "fixed", "what"}};
@@ -166,11 +170,11 @@ std::string verdict_text(const mpt::Verdict& v) {
   return o.str();
 }
 
-int cmd_pitfall(const std::string& id, bool json) {
+int cmd_pitfall(const std::string& id, bool json, bool measured_only) {
   const mpt::Pitfall& p = pitfall_or_usage_error(id);
   const mpt::Verdict v = mpt::run_pitfall(p);
   if (json) std::cout << verdict_json(v).dump(2) << "\n";
-  else std::cout << verdict_text(v);
+  else std::cout << verdict_text(v, measured_only);
   return v.reproduced() ? 0 : 1;
 }
 
@@ -229,6 +233,7 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   struct PitfallArgs {
     std::string id;
     bool json = false;
+    bool measured_only = false;
   };
   auto p = std::make_shared<PitfallArgs>();
   auto* pitfall = app.add_subcommand(
@@ -237,9 +242,14 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "the preconditions both runs share. Exit status 0 when reproduced (symptom shown, fix works, "
       "preconditions held on both runs), 1 when not.");
   pitfall->add_option("ID", p->id, "pitfall id (see 'mpt pitfalls')")->required();
-  pitfall->add_flag("--json", p->json,
-                    "machine-readable output; outcome values that are NaN or inf are written as null");
-  handlers.on(pitfall, [p] { return cmd_pitfall(p->id, p->json); });
+  auto* json_flag = pitfall->add_flag(
+      "--json", p->json, "machine-readable output; outcome values that are NaN or inf are written as null");
+  pitfall
+      ->add_flag("--measured-only", p->measured_only,
+                 "leave out the title and the mechanism: only what the two runs measured, and the checks "
+                 "(the chapter texts show this; they tell the mechanism in prose)")
+      ->excludes(json_flag);
+  handlers.on(pitfall, [p] { return cmd_pitfall(p->id, p->json, p->measured_only); });
 
   // tour
   struct TourArgs {

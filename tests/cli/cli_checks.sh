@@ -202,6 +202,26 @@ assert d["reproduced"] == (rc == 0), "exit status does not match 'reproduced'"
 PY
   ;;
 
+pitfall_measured_only)
+  # The chapter texts show `--measured-only`: the same measurements and
+  # checks, the same exit status, without the title and mechanism lines.
+  first=$(pitfall_ids | head -n 1)
+  run "" pitfall "$first"
+  full_rc=$RC
+  grep -v -e "^$first (chapter " -e '^mechanism: ' "$OUT" | sed '/./,$!d' >"$WORK/expected"
+  run "" pitfall "$first" --measured-only
+  [ "$RC" -eq "$full_rc" ] || fail "--measured-only changed the exit status"
+  if grep -qE -e '^mechanism: ' -e "^$first \(chapter " "$OUT"; then
+    fail "--measured-only still prints the title or the mechanism"
+  fi
+  expect_out_regex "^outcome +broken +fixed"
+  expect_out "verdict: "
+  cmp -s "$WORK/expected" "$OUT" || fail "--measured-only differs from the full report by more than its first lines:
+$(diff "$WORK/expected" "$OUT" | head -n 20)"
+  run "" pitfall "$first" --measured-only --json
+  expect_usage_error
+  ;;
+
 tour_json)
   need_python
   run "" tour --json
