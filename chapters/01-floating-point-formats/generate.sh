@@ -53,7 +53,7 @@ generate_all() {
   gen_run pitfalls "mpt pitfalls --chapter 1" "$mpt" pitfalls --chapter 1
   local id
   for id in fp16-overflow fp16-lost-update fp16-sum-stagnation fp16-gradient-underflow fp16-vs-bf16; do
-    gen_run "pitfall-$id" "mpt pitfall $id" "$mpt" pitfall "$id"
+    gen_run "pitfall-$id" "mpt pitfall $id --measured-only" "$mpt" pitfall "$id" --measured-only
   done
   gen_run tour "mpt tour --chapter 1" tour_without_progress
   gen_run claims "ch01_numbers claims" "$numbers" claims

@@ -56,9 +56,10 @@ generate_all() {
   gen_run pitfalls "mpt pitfalls --chapter 2" "$mpt" pitfalls --chapter 2
   local id
   for id in "${pitfall_ids[@]}"; do
-    gen_run "pitfall-$id" "mpt pitfall $id" "$mpt" pitfall "$id"
+    gen_run "pitfall-$id" "mpt pitfall $id --measured-only" "$mpt" pitfall "$id" --measured-only
   done
   gen_run grad-growth "ch02_numbers grad-growth" "$numbers" grad-growth
+  gen_run static-scale "ch02_numbers static-scale" "$numbers" static-scale
   gen_run adam-eps "ch02_numbers adam-eps" "$numbers" adam-eps
   gen_run_with_input round-eps "1e-8 2.9802322e-8 3e-8 1e-7 1e-4" "mpt round --format fp16" \
     "$mpt" round --format fp16

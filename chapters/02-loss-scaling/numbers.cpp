@@ -675,7 +675,7 @@ void claim_scale_is_fp16() {
   verdict(s16 == s, "fp16(" + dec(s) + ") = " + dec(s), "fp16(" + dec(s) + ") = " + dec(s16),
           dec(s) +
               " overflows fp16; the scale and the scaled loss live in FP32,\n"
-              "  and only the scaled gradients are stored in fp16, where they fit.");
+              "  and only the scaled activation gradients are stored in fp16, where they fit.");
   std::printf("\n");
 }
 
