@@ -79,6 +79,8 @@ out=$(cd "$out" && pwd)
 
 # --- copy the whitelist --------------------------------------------------------
 renames=()  # "SOURCE DESTINATION" pairs, for link rewriting
+shipped=()  # every "SOURCE DESTINATION" pair, for the chapter text's links into exercises/
+chapter_texts=()  # the shipped copies of the chapter text
 while read -r src dest extra; do
   [[ -z ${src:-} || $src == \#* ]] && continue
   [[ -z ${extra:-} ]] || { echo "make_handout: manifest line '$src $dest $extra' has too many fields" >&2; exit 1; }
@@ -92,10 +94,12 @@ while read -r src dest extra; do
   mkdir -p "$(dirname "$out/$dest")"
   cp "$ex/$src" "$out/$dest"
   [[ $src == "$dest" ]] || renames+=("$src $dest")
+  shipped+=("$src $dest")
   # Files from outside the exercises folder (the chapter text) lose their
   # neighbours: say where they came from.
   if [[ $src == ../* && $dest == *.md ]]; then
     rel=${chapter_dir#"$root"/}/${src#../}
+    chapter_texts+=("$out/$dest")
     # shellcheck disable=SC2016  # the backquotes are Markdown, not a command
     { printf '> A copy of `%s` from the mpt repository, for reading beside the\n' "$rel"
       printf '> exercises. Links to other files of the repository work only there.\n\n'
@@ -115,6 +119,18 @@ for md in "$out"/*.md; do
   [[ -f $md ]] || continue
   for pair in "${renames[@]}"; do
     from=${pair% *}
+    to=${pair#* }
+    from_re=$(printf '%s' "$from" | sed 's/[.[\*^$/]/\\&/g')
+    sed -i "s/](${from_re})/](${to//\//\\/})/g; s/](${from_re}#/](${to//\//\\/}#/g" "$md"
+  done
+done
+
+# The chapter text links to the exercises as exercises/FILE: in the handout
+# those files sit at their manifest destination (exercises/README.md is the
+# handout's README.md).
+for md in "${chapter_texts[@]}"; do
+  for pair in "${shipped[@]}"; do
+    from=exercises/${pair% *}
     to=${pair#* }
     from_re=$(printf '%s' "$from" | sed 's/[.[\*^$/]/\\&/g')
     sed -i "s/](${from_re})/](${to//\//\\/})/g; s/](${from_re}#/](${to//\//\\/}#/g" "$md"

@@ -55,6 +55,10 @@ if grep -n '^\\snippet ' "$handout/CHAPTER.md"; then fail "CHAPTER.md shows \\sn
 for pic in $(grep -o '](generated/[^)]*)' "$handout/CHAPTER.md" | sed 's/^](//; s/)$//'); do
   [[ -f $handout/$pic ]] || fail "CHAPTER.md shows $pic, which the handout lacks"
 done
+# Its links to the exercises lead to the handout's own files.
+if grep -n '](exercises/' "$handout/CHAPTER.md"; then
+  fail "CHAPTER.md links to exercises/..., which the handout ships under other names"
+fi
 forbidden=$(cd "$handout" && find . \( -ipath '*solution*' -o -ipath '*trivial*' -o -ipath '*near-miss*' \
                                        -o -ipath '*hidden*' -o -name 'INSTRUCTORS.md' -o -name '*.manifest' \
                                        -o -name 'check_*' \) -print)
