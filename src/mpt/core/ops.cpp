@@ -15,7 +15,7 @@ const std::vector<OpInfo>& known_ops() {
   static const std::vector<OpInfo> ops = {
       {"linear", OpKind::matmul, 2, "y = x W^T + b (torch.nn.functional.linear)"},
       {"matmul", OpKind::matmul, 2, "a matrix product, products summed in the compute dtype"},
-      {"conv2d", OpKind::matmul, 0, "2-D convolution"},
+      {"conv2d", OpKind::matmul, 3, "2-D convolution"},
       {"scaled_dot_product_attention", OpKind::matmul, 0, "softmax(Q K^T / sqrt(d) + mask) V"},
       {"relu", OpKind::pointwise, 2, "max(x, 0)"},
       {"gelu", OpKind::pointwise, 2, "x Phi(x), exact (erf) or tanh-approximated"},
@@ -27,8 +27,8 @@ const std::vector<OpInfo>& known_ops() {
       {"cross_entropy", OpKind::loss, 2, "softmax cross-entropy against class ids, mean"},
       {"nll_loss", OpKind::loss, 0, "negative log-likelihood of log-probabilities"},
       {"mse_loss", OpKind::loss, 2, "mean squared error"},
-      {"max_pool2d", OpKind::pooling, 0, "2-D max pooling"},
-      {"avg_pool2d", OpKind::pooling, 0, "2-D average pooling"},
+      {"max_pool2d", OpKind::pooling, 3, "2-D max pooling"},
+      {"avg_pool2d", OpKind::pooling, 3, "2-D average pooling"},
       {"embedding", OpKind::lookup, 0, "rows of a table selected by index"},
   };
   return ops;
