@@ -36,6 +36,9 @@
 
 namespace mpt {
 
+/// The formulas of BatchNorm and LayerNorm, forward and backward, templated on
+/// the scalar (float in the layers, double in the tests) over one
+/// (outer, channels, inner) layout; the per-element pieces are host-and-device.
 namespace norm_math {
 
 /// How a norm reads its input: element (n, c, i) at (n·channels + c)·inner + i;
