@@ -116,7 +116,7 @@ class ZeroFraction {
 /// parameter's FP32 gradient (sums of gradients rounded into the weights'
 /// dtype). Read before unscaling, it is what a loss-scaled step must fit into
 /// fp16; inf or NaN when one of them is.
-inline double largest_gradient(Mlp& net) {
+inline double largest_gradient(Model& net) {
   double m = 0;
   const auto take = [&m](const MatrixF& g) {
     if (!g.array().isFinite().all()) m = std::numeric_limits<double>::infinity();
@@ -144,7 +144,7 @@ inline Tensor batch_loss_backward(const Tensor& out, const Dataset& b, float dlo
 /// optimizer step, and the refresh of the fp16/bf16 model copy.
 /// \return what refresh_model_copies() did.
 template <class Inspect>
-RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches, Inspect inspect) {
+RefreshStats plain_step(Model& net, Optimizer& opt, Batches& batches, Inspect inspect) {
   const Dataset b = batches.next();
   const Tensor& out = net.forward(b.x);
   opt.zero_grad();
@@ -154,7 +154,7 @@ RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches, Inspect insp
   return net.refresh_model_copies();
 }
 /// The same step with nothing to inspect.
-inline RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches) {
+inline RefreshStats plain_step(Model& net, Optimizer& opt, Batches& batches) {
   return plain_step(net, opt, batches, [] {});
 }
 
@@ -163,7 +163,7 @@ inline RefreshStats plain_step(Mlp& net, Optimizer& opt, Batches& batches) {
 /// pass starts from its scale S, so every gradient comes out multiplied by S.
 /// Unscaling, the step and update() are the caller's.
 template <class Scaler>
-void scaled_backward(Mlp& net, Optimizer& opt, Batches& batches, Scaler& scaler) {
+void scaled_backward(Model& net, Optimizer& opt, Batches& batches, Scaler& scaler) {
   const Dataset b = batches.next();
   const Tensor& out = net.forward(b.x);
   (void)scaler.scale(batch_loss(out, b));

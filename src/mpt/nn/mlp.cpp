@@ -31,7 +31,9 @@ std::shared_ptr<const Policy> policy_of(const MlpConfig& c) {
 
 }  // namespace
 
-Mlp::Mlp(MlpConfig config) : config_(std::move(config)), ctx_(policy_of(checked(config_))) {
+Mlp::Mlp(MlpConfig config)
+    : Model("Mlp", policy_of(checked(config)), checked(config).sizes.front(), config.master_weights),
+      config_(std::move(config)) {
   const auto& s = config_.sizes;
   Rng rng(config_.seed);
   const std::size_t layers = s.size() - 1;
@@ -51,48 +53,10 @@ Mlp::Mlp(MlpConfig config) : config_(std::move(config)), ctx_(policy_of(checked(
       emplace<GELU>("gelu" + i, config_.activation == Activation::gelu_tanh ? GeluApproximation::tanh
                                                                             : GeluApproximation::none);
   }
-  keep_output_gradients(true);
-  set_policy(ctx_.shared_policy());
+  finish();
 }
 
-void Mlp::set_policy(std::shared_ptr<const Policy> policy) {
-  ctx_ = Context(std::move(policy));
-  apply_policy(ctx_.policy());
-  // Without masters the weights ARE the rounded copy from the start.
-  if (config_.master_weights == MasterWeights::none)
-    for (Parameter* p : parameters()) p->master = p->weights().to(DType::f32);
-}
-
-const Tensor& Mlp::forward(const MatrixF& x) {
-  if (x.cols() != config_.sizes.front())
-    throw std::invalid_argument("Mlp::forward: x has " + std::to_string(x.cols()) +
-                                " columns, the network takes " + std::to_string(config_.sizes.front()));
-  logits_ = Sequential::forward(Tensor::from_matrix(x, DType::f32), ctx_);
-  have_forward_ = true;
-  return logits_;
-}
-
-void Mlp::backward(const Tensor& dlogits) {
-  if (!have_forward_) throw std::logic_error("Mlp::backward: call forward() first");
-  if (dlogits.shape() != logits_.shape())
-    throw std::invalid_argument("Mlp::backward: dlogits is " + shape_string(dlogits.shape()) +
-                                " but the logits are " + shape_string(logits_.shape()));
-  (void)Sequential::backward(dlogits, ctx_);
-}
-
-RefreshStats Mlp::refresh_model_copies() {
-  RefreshStats st;
-  for (Parameter* p : parameters()) st += p->refresh(config_.master_weights);
-  return st;
-}
-
-std::size_t Mlp::activation_bytes() const {
-  std::vector<const Tensor*> kept = saved();
-  kept.push_back(&logits_);
-  return distinct_bytes(kept);
-}
-
-Trace trace_step(Mlp& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only) {
+Trace trace_step(Model& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only) {
   Trace trace;
   Context& ctx = net.context();
   Trace* before = ctx.trace();

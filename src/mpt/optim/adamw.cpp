@@ -61,9 +61,13 @@ void AdamW::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     check_grad_shape(p);
-    MatrixF m = m_[i].to_matrix(), v = v_[i].to_matrix();
-    if (o.weight_decay != 0.0) p.master.f32() *= decay;  // param.mul_(1 - lr * weight_decay)
+    // Elementwise, on the flattened tensors whatever their rank.
+    const Eigen::Index n = p.master.numel();
+    MatrixF m(1, n), v(1, n);
+    m_[i].to_f32(m.data());
+    v_[i].to_f32(v.data());
     float* w = p.master.f32_data();
+    if (o.weight_decay != 0.0) Eigen::Map<MatrixF>(w, 1, n) *= decay;  // param.mul_(1 - lr * weight_decay)
     const float* grad = std::as_const(p.grad).f32_data();
     for (Eigen::Index k = 0; k < m.size(); ++k) {
       const float g = r(grad[k]);

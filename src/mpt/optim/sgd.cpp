@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace mpt {
 
@@ -39,8 +40,11 @@ void SGD::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     check_grad_shape(p);
-    MatrixF g = p.grad.f32();
-    if (wd != 0.0f) g += wd * p.master.f32();  // grad.add(param, alpha=weight_decay)
+    // Every update is elementwise: work on the flattened tensors, whatever
+    // their rank (a convolution's weight is 4-D).
+    const Eigen::Index n = p.grad.numel();
+    MatrixF g = Eigen::Map<const MatrixF>(std::as_const(p.grad).f32_data(), 1, n);
+    if (wd != 0.0f) g += wd * Eigen::Map<const MatrixF>(std::as_const(p.master).f32_data(), 1, n);
     if (use_momentum) {
       MatrixF& buf = momentum_[i];
       if (first) buf = g;              // torch.clone(grad): no dampening on step 1
@@ -48,7 +52,7 @@ void SGD::step() {
       if (options_.nesterov) g += mu * buf;
       else g = buf;
     }
-    p.master.f32() += neg_lr * g;  // param.add_(grad, alpha=-lr)
+    Eigen::Map<MatrixF>(p.master.f32_data(), 1, n) += neg_lr * g;  // param.add_(grad, alpha=-lr)
   }
 }
 
