@@ -1,8 +1,10 @@
-// Chapter 02 — `mpt trace`: where each value of a chapter's model is stored
-// in which dtype, from the precision trace of one training step.
+// All chapters — `mpt trace`: where each value of a chapter's model is stored
+// in which dtype, from the precision trace of one training step. Chapter 2's
+// MLP and Chapter 3's digits CNN; a later chapter adds its model to kModels
+// and make_model().
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
-// and the mpt library's nn tier (Mlp, trace_step), core tier (DType,
-// policies, the trace and its renderings, Rng).
+// and the mpt library's nn tier (Model, Mlp, Cnn, trace_step), core tier
+// (DType, policies, the trace and its renderings, Rng).
 //
 // The model runs one forward, cross-entropy loss and backward on a seeded
 // batch with a Trace attached; every line printed comes from that trace or
@@ -22,6 +24,7 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
+#include "mpt/nn/cnn.hpp"
 #include "mpt/nn/mlp.hpp"
 
 namespace {
@@ -29,8 +32,9 @@ namespace {
 using mpt::cli::joined;
 using mpt::cli::UsageError;
 
-/// The models `mpt trace` knows (later chapters add theirs).
-const std::vector<std::string> kModels = {"mlp"};
+/// The models `mpt trace` knows: Chapter 2's MLP, Chapter 3's digits CNN
+/// (later chapters add theirs).
+const std::vector<std::string> kModels = {"mlp", "cnn"};
 /// The activations of the Chapter 2 MLP, by the names --activation takes.
 const std::vector<std::string> kActivations = {"relu", "gelu", "gelu_tanh"};
 
@@ -40,6 +44,8 @@ struct TraceArgs {
   std::string batch = "4";
   std::string dtype = "f16";
   std::string keep_f32;
+  std::string keep_f32_ops;
+  bool sizes_given = false, activation_given = false;
   std::string activation = "relu";
   std::string seed = "1";
   bool forward_only = false;
@@ -79,9 +85,13 @@ mpt::Activation activation_named(const std::string& name) {
   throw UsageError("--activation: unknown activation '" + name + "'; valid: " + joined(kActivations));
 }
 
+struct Setup;
+std::unique_ptr<mpt::Model> make_model(const Setup& s);
+
 /// The model of the arguments, with every option checked before it runs.
 struct Setup {
-  mpt::MlpConfig config;
+  bool cnn = false;
+  mpt::MlpConfig config;  // the MLP's; for the CNN only dtype, policy and seed are read
   std::int64_t batch = 0;
   std::uint64_t seed = 0;
 };
@@ -91,7 +101,11 @@ Setup setup_of(const TraceArgs& a) {
   for (const std::string& m : kModels) known = known || m == a.model;
   if (!known) throw UsageError("--model: unknown model '" + a.model + "'; valid models: " + joined(kModels));
   Setup s;
-  s.config.sizes = parse_sizes(a.sizes);
+  s.cnn = a.model == "cnn";
+  if (s.cnn && (a.sizes_given || a.activation_given))
+    throw UsageError(std::string("--model cnn: ") + (a.sizes_given ? "--sizes" : "--activation") +
+                     " applies to --model mlp only; the digits CNN is fixed (64 inputs, 10 classes)");
+  s.config.sizes = s.cnn ? std::vector<int>{64, 10} : parse_sizes(a.sizes);
   s.config.activation = activation_named(a.activation);
   try {
     s.config.dtype = mpt::dtype_named(a.dtype);
@@ -106,10 +120,11 @@ Setup setup_of(const TraceArgs& a) {
     throw UsageError("--seed: '" + a.seed + "' is not a seed; give a whole number from 0");
   s.seed = static_cast<std::uint64_t>(v);
   s.config.seed = s.seed;
+  std::vector<std::string> keep, keep_ops;
   if (!a.keep_f32.empty()) {
     // The paths must be layers of this model: build it once to ask.
-    const std::vector<std::string> valid = mpt::Mlp(s.config).paths();
-    const std::vector<std::string> keep = split_commas(a.keep_f32);
+    const std::vector<std::string> valid = make_model(s)->paths();
+    keep = split_commas(a.keep_f32);
     for (const std::string& p : keep) {
       bool found = false;
       for (const std::string& q : valid) found = found || q == p;
@@ -117,9 +132,30 @@ Setup setup_of(const TraceArgs& a) {
         throw UsageError("--keep-f32: '" + p +
                          "' is not a layer of this model; valid layers: " + joined(valid));
     }
-    s.config.policy = std::make_shared<mpt::KeepF32Policy>(mpt::uniform_policy(s.config.dtype), keep);
   }
+  if (!a.keep_f32_ops.empty()) {
+    keep_ops = split_commas(a.keep_f32_ops);
+    for (const std::string& o : keep_ops) {
+      try {
+        (void)mpt::op_info(o);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--keep-f32-ops: ") + e.what());
+      }
+    }
+  }
+  if (!keep.empty() || !keep_ops.empty())
+    s.config.policy =
+        std::make_shared<mpt::KeepF32Policy>(mpt::uniform_policy(s.config.dtype), keep, keep_ops);
   return s;
+}
+
+std::unique_ptr<mpt::Model> make_model(const Setup& s) {
+  if (!s.cnn) return std::make_unique<mpt::Mlp>(s.config);
+  mpt::CnnConfig c;
+  c.dtype = s.config.dtype;
+  c.policy = s.config.policy;
+  c.seed = s.config.seed;
+  return std::make_unique<mpt::Cnn>(c);
 }
 
 std::string sizes_text(const std::vector<int>& sizes) {
@@ -130,7 +166,8 @@ std::string sizes_text(const std::vector<int>& sizes) {
 
 int cmd_trace(const TraceArgs& a) {
   const Setup s = setup_of(a);  // every option checked before anything runs
-  mpt::Mlp net(s.config);
+  const std::unique_ptr<mpt::Model> model = make_model(s);
+  mpt::Model& net = *model;
   // A seeded batch: standard-normal inputs, labels uniform over the outputs.
   mpt::Rng rng(s.seed);
   mpt::MatrixF x(s.batch, s.config.sizes.front());
@@ -139,8 +176,9 @@ int cmd_trace(const TraceArgs& a) {
   for (int& y : labels) y = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.config.sizes.back())));
   const mpt::Trace trace = mpt::trace_step(net, x, labels, a.forward_only);
   const std::string policy = net.context().policy().describe();
-  const std::string title = "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + "), batch " +
-                            std::to_string(s.batch) + ", policy: " + policy;
+  const std::string title = (s.cnn ? std::string("digits CNN 1x8x8 -> conv-bn-relu-pool x2 -> fc 10")
+                                   : "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + ")") +
+                            ", batch " + std::to_string(s.batch) + ", policy: " + policy;
   if (!a.dot.empty()) mpt::cli::write_atomically(a.dot, mpt::render_dot(trace, title));
 
   if (a.json) {
@@ -185,18 +223,26 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "per op and per cast at an op boundary (what it read, the dtype it computed in, what it wrote and "
       "how many bytes), then every parameter's model copy, master and gradient.");
   trace->add_option("--model", a->model, "the model: " + joined(kModels))->capture_default_str();
-  trace->add_option("--sizes", a->sizes, "the MLP's layer sizes, inputs first")
-      ->capture_default_str()
-      ->type_name("LIST");
-  trace->add_option("--activation", a->activation, "between the Linear layers: " + joined(kActivations))
-      ->capture_default_str();
+  auto* sizes = trace->add_option("--sizes", a->sizes, "the MLP's layer sizes, inputs first")
+                    ->capture_default_str()
+                    ->type_name("LIST");
+  auto* activation = trace
+                         ->add_option("--activation", a->activation,
+                                      "the MLP's, between its Linear layers: " + joined(kActivations))
+                         ->capture_default_str();
   trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())
       ->capture_default_str();
   trace
       ->add_option(
           "--keep-f32", a->keep_f32,
-          "layers kept in f32 inside the uniform policy (KeepF32Policy), by path, e.g. fc3 or fc1,fc3")
+          "layers kept in f32 inside the uniform policy (KeepF32Policy), by path, e.g. fc3 or fc1,fc3, "
+          "or bn1,bn2 in the CNN (apex's keep_batchnorm_fp32)")
       ->type_name("PATHS");
+  trace
+      ->add_option(
+          "--keep-f32-ops", a->keep_f32_ops,
+          "ops kept in f32 inside the uniform policy (KeepF32Policy), by PyTorch name, e.g. batch_norm")
+      ->type_name("OPS");
   trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")
       ->capture_default_str()
       ->type_name("N");
@@ -212,7 +258,11 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->add_option("--dot", a->dot,
                    "also write the trace as a Graphviz graph to this file (written atomically)")
       ->type_name("FILE.dot");
-  handlers.on(trace, [a] { return cmd_trace(*a); });
+  handlers.on(trace, [a, sizes, activation] {
+    a->sizes_given = sizes->count() > 0;
+    a->activation_given = activation->count() > 0;
+    return cmd_trace(*a);
+  });
 }
 
 // Chapter 2's second family: after `scaler`.

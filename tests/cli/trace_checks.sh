@@ -60,6 +60,34 @@ keep_f32_island)
   expect_out_regex 'forward +fc1 +linear +x f32 4x8'
   ;;
 
+cnn_model_half)
+  # Chapter 3's CNN under a uniform f16 policy: what model.half() does to a
+  # BatchNorm -- the statistics are computed in f32, but the running
+  # estimates and the affine copies are stored in f16.
+  run trace --model cnn --dtype f16 --batch 2 --forward-only
+  expect_rc 0
+  expect_out "digits CNN"
+  expect_out_regex 'forward +bn1 +batch_norm +x f16 2x8x8x8, weight f16 8, bias f16 8 +f32 +y f16 2x8x8x8, mean f32 8, invstd f32 8, running_mean f16 8, running_var f16 8 '
+  expect_out "1 cast(s) at op boundaries"
+  expect_out_regex '^bn2.weight +16 +f16 +32 '
+  ;;
+
+cnn_keep_batch_norm)
+  # The norms kept in f32 by op (or by path: the same layers) -- running
+  # estimates and affine parameters f32, the input cast up at bn's boundary
+  # and its output cast down at the next op.
+  for keep in "--keep-f32-ops batch_norm" "--keep-f32 bn1,bn2"; do
+    # shellcheck disable=SC2086  # two words on purpose
+    run trace --model cnn --dtype f16 --batch 2 --forward-only $keep
+    expect_rc 0
+    expect_out_regex 'forward +bn1 +cast +x f16 2x8x8x8 +f32 +x f32 2x8x8x8 +4096$'
+    expect_out_regex 'forward +bn2 +batch_norm +x f32 2x16x4x4, weight f32 16, bias f32 16 +f32 +y f32 2x16x4x4, mean f32 16, invstd f32 16, running_mean f32 16, running_var f32 16 '
+    expect_out_regex 'forward +relu1 +cast +x f32 2x8x8x8 +f16 +x f16 2x8x8x8 +2048$'
+    expect_out_regex '^bn1.weight +8 +f32 \(the master\) +0 '
+    expect_out_regex '^conv2.weight +16x8x3x3 +f16 '
+  done
+  ;;
+
 json)
   need_python
   run trace --dtype f16 --keep-f32 fc3 --json
@@ -99,6 +127,12 @@ dot_written_atomically)
   ;;
 
 bad_options)
+  run trace --model cnn --sizes 8,4
+  expect_usage_error "--model cnn" "--sizes" "mlp only"
+  run trace --model cnn --keep-f32-ops batchnorm
+  expect_usage_error "--keep-f32-ops" "unknown op 'batchnorm'" "batch_norm"
+  run trace --model cnn --keep-f32 fc3
+  expect_usage_error "--keep-f32" "'fc3'" "bn1"
   run trace --dtype fp8
   expect_usage_error "--dtype: unknown dtype 'fp8'" "valid dtypes: f32, bf16, f16, e4m3, e5m2"
   run trace --keep-f32 fc9
@@ -109,8 +143,8 @@ bad_options)
   expect_usage_error "--sizes: '0' is not a layer size"
   run trace --batch 0
   expect_usage_error "--batch: '0' is not a batch size"
-  run trace --model cnn
-  expect_usage_error "--model: unknown model 'cnn'; valid models: mlp"
+  run trace --model transformer
+  expect_usage_error "--model: unknown model 'transformer'; valid models: mlp, cnn"
   run trace --activation tanh
   expect_usage_error "--activation: unknown activation 'tanh'; valid: relu, gelu, gelu_tanh"
   ;;
