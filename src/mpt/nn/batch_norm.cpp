@@ -111,6 +111,7 @@ void BatchNorm::apply_policy(const Policy& policy) {
   }
 }
 
+//! [running-update]
 void BatchNorm::update_running(const std::vector<float>& mean, const std::vector<float>& unbiased_var) {
   ++num_batches_tracked;
   // torch: exponential_average_factor = momentum, or 1/num_batches_tracked.
@@ -125,6 +126,7 @@ void BatchNorm::update_running(const std::vector<float>& mean, const std::vector
   running_mean.assign(rm.data(), running_mean.numel());
   running_var.assign(rv.data(), running_var.numel());
 }
+//! [running-update]
 
 Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   const std::string c = std::to_string(num_features_);

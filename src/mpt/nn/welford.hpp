@@ -30,6 +30,7 @@ struct Welford {
 
 /// Add one value: n ← n + 1, δ = x − mean, mean ← mean + δ/n,
 /// M2 ← M2 + δ·(x − mean_new). Every operation in T.
+//! [welford-add]
 template <class T>
 MPT_HD inline void welford_add(Welford<T>& s, T x) {
   s.count += 1;
@@ -37,12 +38,14 @@ MPT_HD inline void welford_add(Welford<T>& s, T x) {
   s.mean += delta / static_cast<T>(s.count);
   s.m2 += delta * (x - s.mean);
 }
+//! [welford-add]
 
 /// The statistics of the union of two disjoint sets (Chan et al.): with
 /// n = nₐ + n_b, δ = mean_b − meanₐ and f = n_b / n,
 /// mean = meanₐ + δ·f and M2 = M2ₐ + M2_b + δ²·nₐ·f. Merging with an empty
 /// set returns the other exactly; the result does not depend on which
 /// operand is empty, so a reduction may pad with {0, 0, 0}.
+//! [welford-merge]
 template <class T>
 MPT_HD inline Welford<T> welford_merge(const Welford<T>& a, const Welford<T>& b) {
   if (a.count == 0) return b;
@@ -55,6 +58,7 @@ MPT_HD inline Welford<T> welford_merge(const Welford<T>& a, const Welford<T>& b)
   r.m2 = a.m2 + b.m2 + delta * delta * static_cast<T>(a.count) * f;
   return r;
 }
+//! [welford-merge]
 
 /// The biased variance M2 / n, what normalization divides by (PyTorch's
 /// BatchNorm and LayerNorm normalize with it). 0 for an empty set.
