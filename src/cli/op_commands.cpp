@@ -103,9 +103,8 @@ std::shared_ptr<const mpt::Policy> parse_policy(const std::string& text, mpt::DT
   std::string item;
   std::istringstream items(text.substr(prefix.size()));
   while (std::getline(items, item, ',')) ops.push_back(item);
-  if (ops.empty() || text.back() == ',' || text.back() == ':')
-    throw UsageError("--policy: '" + text + "' names no op after keep-f32: or ends with a comma; " +
-                     kPolicyChoices);
+  if (ops.empty()) throw UsageError("--policy: '" + text + "' names no op; " + kPolicyChoices);
+  if (text.back() == ',') throw UsageError("--policy: '" + text + "' ends with a comma; " + kPolicyChoices);
   try {
     return std::make_shared<mpt::KeepF32Policy>(uniform, std::vector<std::string>{}, ops);
   } catch (const std::invalid_argument& e) {
