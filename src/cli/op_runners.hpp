@@ -1,7 +1,7 @@
 // Chapter 03 — `mpt op`: the table of the ops the command line runs, one
 // entry per op, and what an entry's runner is handed and hands back.
-// Depends on: cli_support.hpp (UsageError), and the mpt library's core tier
-// (Tensor, DType, Policy).
+// Depends on: the mpt library's core tier (Tensor, DType, Policy); its .cpp
+// also on cli_support.hpp (UsageError, number parsing) and the nn tier.
 //
 // An entry names its op (one of mpt::known_ops(), whose row also says which
 // chapter runs it), its inputs and outputs for `mpt op list`, the options of
@@ -102,7 +102,7 @@ struct OpEntry {
   OpRunner run;                   ///< builds the layer, runs it, returns the outputs
 };
 
-/// Every runnable op, in the order of known_ops().
+/// Every runnable op (`mpt op` lists them in the order of known_ops()).
 const std::vector<OpEntry>& op_table();
 
 }  // namespace mpt::cli::op
