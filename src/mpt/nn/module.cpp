@@ -1,4 +1,5 @@
-// Chapter 02 — loss scaling and FP32 master weights: Module and Sequential.
+// Chapters 02 onwards — loss scaling and FP32 master weights: Module and
+// Sequential (Chapter 3: train() / eval() reach every descendant).
 // Depends on: module.hpp.
 #include "mpt/nn/module.hpp"
 
@@ -78,6 +79,11 @@ std::vector<Parameter*> Sequential::parameters() {
     out.insert(out.end(), ps.begin(), ps.end());
   }
   return out;
+}
+
+void Sequential::set_training(bool on) {
+  Module::set_training(on);
+  for (auto& c : children_) c.second->train(on);
 }
 
 void Sequential::apply_policy(const Policy& policy) {

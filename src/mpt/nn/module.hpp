@@ -1,5 +1,5 @@
-// Chapter 02 — loss scaling and FP32 master weights: the Module interface
-// and the Sequential container.
+// Chapters 02 onwards — loss scaling and FP32 master weights: the Module
+// interface and the Sequential container (Chapter 3 adds train() / eval()).
 // Depends on: the core tier (context.hpp, policy.hpp, tensor.hpp), parameter.hpp.
 //
 // Layers have forward and backward written out (no autograd, as in llm.c)
@@ -71,7 +71,19 @@ class Module {
   /// The dtype the last forward's output was stored in.
   DType output_dtype() const { return output_dtype_; }
 
+  /// Training mode on (the default, as in PyTorch) or off, for this module
+  /// and, in a container, every descendant: PyTorch's Module.train(mode).
+  /// Only layers whose forward depends on it look at it (BatchNorm: batch
+  /// statistics and running updates in training, running estimates in eval).
+  void train(bool on = true) { set_training(on); }
+  /// train(false): PyTorch's Module.eval().
+  void eval() { train(false); }
+  /// Whether the module is in training mode.
+  bool training() const { return training_; }
+
  protected:
+  /// What train() does: sets the flag; a container also passes it to its children.
+  virtual void set_training(bool on) { training_ = on; }
   /// The layer's forward, after the base has noted x's dtype.
   virtual Tensor forward_impl(const Tensor& x, Context& ctx) = 0;
   /// The layer's backward: dy is already in output_dtype(); return dx in
@@ -82,6 +94,7 @@ class Module {
  private:
   std::string path_;
   bool input_grad_ = true;
+  bool training_ = true;
   bool have_forward_ = false;
   DType input_dtype_ = DType::f32, output_dtype_ = DType::f32;
 };
@@ -131,6 +144,8 @@ class Sequential : public Module {
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+  /// Sets its own flag and every child's (which pass it on to theirs).
+  void set_training(bool on) override;
 
  private:
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;

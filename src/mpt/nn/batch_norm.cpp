@@ -1,0 +1,265 @@
+// Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the BatchNorm layer.
+// Depends on: batch_norm.hpp, norm_math.hpp, welford.hpp; Chapter 1's
+// rounding (gradients rounded into the parameters' dtype).
+#include "mpt/nn/batch_norm.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "mpt/formats/rounding.hpp"
+#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/welford.hpp"
+
+namespace mpt {
+
+namespace {
+
+std::string number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+std::vector<float> widened(const Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  t.to_f32(v.data());
+  return v;
+}
+
+Tensor f32_tensor(const std::vector<float>& v) {
+  return Tensor::from_f32(v.data(), {static_cast<std::int64_t>(v.size())}, DType::f32);
+}
+
+void require_f32_compute(const OpPrecision& q) {
+  if (q.compute != DType::f32)
+    throw std::invalid_argument("batch_norm: the policy asks for " + std::string(dtype_name(q.compute)) +
+                                " compute; batch_norm computes its statistics in f32; FP16 statistics are "
+                                "Chapter 3's pitfalls, not a policy choice");
+}
+
+// grad += widen(round(g into d)): the parameter's gradient in its model
+// dtype, added into the FP32 master gradient (as Linear's).
+void accumulate_grad(Parameter& p, std::vector<float>& g, DType d) {
+  if (static_cast<std::int64_t>(g.size()) != p.grad.numel())
+    throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
+                                std::to_string(p.grad.numel()) + " weights");
+  if (d != DType::f32) round_array(g.data(), g.data(), g.size(), format_of(d));
+  float* grad = p.grad.f32_data();
+  for (std::size_t i = 0; i < g.size(); ++i) grad[i] += g[i];
+}
+
+// [N, C, ...] as the formulas read it: {N, C, L or H·W}.
+norm_math::Layout layout_of(const Shape& s) {
+  norm_math::Layout l;
+  l.outer = s[0];
+  l.channels = s[1];
+  l.inner = 1;
+  for (std::size_t d = 2; d < s.size(); ++d) l.inner *= s[d];
+  return l;
+}
+
+}  // namespace
+
+BatchNorm::BatchNorm(int num_features) : BatchNorm(num_features, Options{}) {}
+
+BatchNorm::BatchNorm(int num_features, Options options) : num_features_(num_features), options_(options) {
+  if (num_features < 1)
+    throw std::invalid_argument("BatchNorm: num_features must be >= 1, got " + std::to_string(num_features));
+  if (!std::isfinite(options_.eps) || options_.eps < 0)
+    throw std::invalid_argument("BatchNorm: eps must be finite and >= 0, got " + number(options_.eps));
+  if (options_.momentum && !(*options_.momentum >= 0 && *options_.momentum <= 1))
+    throw std::invalid_argument(
+        "BatchNorm: momentum must be in [0, 1], or nullopt for the cumulative average; got " +
+        number(*options_.momentum));
+  const std::int64_t c = num_features;
+  if (options_.affine) {
+    const std::vector<float> ones(static_cast<std::size_t>(c), 1.0f);
+    weight = Parameter("weight", Tensor::from_f32(ones.data(), {c}, DType::f32));
+    bias = Parameter("bias", Tensor(DType::f32, {c}));
+  }
+  if (options_.track_running_stats) {
+    const std::vector<float> ones(static_cast<std::size_t>(c), 1.0f);
+    running_mean = Tensor(DType::f32, {c});
+    running_var = Tensor::from_f32(ones.data(), {c}, DType::f32);
+  }
+}
+
+std::string BatchNorm::who() const { return path().empty() ? "BatchNorm" : "BatchNorm " + path(); }
+
+std::vector<Parameter*> BatchNorm::parameters() {
+  if (!options_.affine) return {};
+  return {&weight, &bias};
+}
+
+void BatchNorm::set_path(std::string p) {
+  Module::set_path(std::move(p));
+  weight.name = path().empty() ? "weight" : path() + ".weight";
+  bias.name = path().empty() ? "bias" : path() + ".bias";
+}
+
+void BatchNorm::apply_policy(const Policy& policy) {
+  const DType d = policy.parameter_dtype("batch_norm", path());
+  if (options_.affine) {
+    weight.set_model_dtype(d);
+    bias.set_model_dtype(d);
+  }
+  if (options_.track_running_stats) {
+    running_mean = running_mean.to(d);
+    running_var = running_var.to(d);
+  }
+}
+
+void BatchNorm::update_running(const std::vector<float>& mean, const std::vector<float>& unbiased_var) {
+  ++num_batches_tracked;
+  // torch: exponential_average_factor = momentum, or 1/num_batches_tracked.
+  const float m = static_cast<float>(options_.momentum ? *options_.momentum
+                                                       : 1.0 / static_cast<double>(num_batches_tracked));
+  std::vector<float> rm = widened(running_mean), rv = widened(running_var);
+  for (std::size_t c = 0; c < rm.size(); ++c) {
+    rm[c] = norm_math::running_update(rm[c], mean[c], m);
+    rv[c] = norm_math::running_update(rv[c], unbiased_var[c], m);
+  }
+  // One rounding into the running estimates' dtype.
+  running_mean.assign(rm.data(), running_mean.numel());
+  running_var.assign(rv.data(), running_var.numel());
+}
+
+Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
+  const std::string c = std::to_string(num_features_);
+  if (x.dim() < 2 || x.dim() > 4 || x.size(1) != num_features_)
+    throw std::invalid_argument(who() + ": x is " + shape_string(x.shape()) + " but the layer takes [N, " +
+                                c + "], [N, " + c + ", L] or [N, " + c + ", H, W]");
+  for (std::int64_t s : x.shape())
+    if (s < 1)
+      throw std::invalid_argument(who() + ": x is " + shape_string(x.shape()) + "; every size must be >= 1");
+  const bool track = options_.track_running_stats;
+  if (track && (running_mean.shape() != Shape{num_features_} || running_var.shape() != Shape{num_features_}))
+    throw std::invalid_argument(who() + ": running_mean is " + shape_string(running_mean.shape()) +
+                                " and running_var " + shape_string(running_var.shape()) + ", expected " + c +
+                                " each");
+  const norm_math::Layout l = layout_of(x.shape());
+  // PyTorch's bn_training: batch statistics in training, and in eval when
+  // there are no running estimates.
+  const bool batch = training() || !track;
+  if (batch && l.count() == 1)
+    throw std::invalid_argument(who() +
+                                ": expected more than 1 value per channel when training, got x of shape " +
+                                shape_string(x.shape()));
+  std::vector<DType> inputs{x.dtype()};
+  if (options_.affine) inputs.push_back(weight.weights().dtype());
+  op_ = ctx.decide("batch_norm", path(), inputs);
+  require_f32_compute(op_);
+  x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
+  const std::vector<float> xf = widened(x_);
+  const std::size_t nc = static_cast<std::size_t>(num_features_);
+  const auto eps = static_cast<float>(options_.eps);
+  std::vector<float> mean(nc), invstd(nc);
+  skipped_ = false;
+  bool updated = false;
+  used_batch_stats_ = batch;
+  if (batch) {
+    // FP32 Welford statistics, whatever dtype x is stored in.
+    std::vector<Welford<float>> stats(nc);
+    norm_math::statistics(xf.data(), l, stats.data());
+    norm_math::mean_invstd(stats.data(), l.channels, eps, mean.data(), invstd.data());
+    batch_mean_ = f32_tensor(mean);
+    batch_invstd_ = f32_tensor(invstd);
+    used_mean_ = batch_mean_;
+    used_invstd_ = batch_invstd_;
+    if (training() && track) {
+      std::vector<float> unbiased(nc);
+      bool finite = true;
+      for (std::size_t k = 0; k < nc; ++k) {
+        unbiased[k] = welford_variance_unbiased(stats[k]);
+        finite = finite && std::isfinite(mean[k]) && std::isfinite(unbiased[k]);
+      }
+      if (options_.guard_running_update && !finite) {
+        skipped_ = true;
+      } else {
+        update_running(mean, unbiased);
+        updated = true;
+      }
+    }
+  } else {
+    // Eval: the running estimates, widened exactly, invstd in FP32.
+    mean = widened(running_mean);
+    const std::vector<float> var = widened(running_var);
+    for (std::size_t k = 0; k < nc; ++k) invstd[k] = norm_math::inverse_std(var[k], eps);
+    used_mean_ = f32_tensor(mean);
+    used_invstd_ = f32_tensor(invstd);
+  }
+  std::vector<float> w, b;
+  if (options_.affine) {
+    w = widened(weight.weights());
+    b = widened(bias.weights());
+  }
+  std::vector<float> y(xf.size());
+  norm_math::forward(xf.data(), l, mean.data(), invstd.data(), options_.affine ? w.data() : nullptr,
+                     options_.affine ? b.data() : nullptr, norm_math::AffineAxis::channel, y.data());
+  Tensor out = Tensor::from_f32(y.data(), x.shape(), op_.output);
+  if (ctx.tracing()) {
+    TraceEntry e{Phase::forward, path(), "batch_norm", {traced("x", x_)}, op_.compute, {traced("y", out)}};
+    if (options_.affine) {
+      e.inputs.push_back(traced("weight", weight.weights()));
+      e.inputs.push_back(traced("bias", bias.weights()));
+    }
+    if (!batch) {
+      e.inputs.push_back(traced("running_mean", running_mean));
+      e.inputs.push_back(traced("running_var", running_var));
+    } else {
+      e.outputs.push_back(traced("mean", batch_mean_));
+      e.outputs.push_back(traced("invstd", batch_invstd_));
+    }
+    if (updated) {
+      e.outputs.push_back(traced("running_mean", running_mean));
+      e.outputs.push_back(traced("running_var", running_var));
+    }
+    ctx.record(std::move(e));
+  }
+  return out;
+}
+
+Tensor BatchNorm::backward_impl(const Tensor& dy, Context& ctx) {
+  if (dy.shape() != x_.shape())
+    throw std::invalid_argument(who() + ": dy is " + shape_string(dy.shape()) + ", expected " +
+                                shape_string(x_.shape()));
+  const norm_math::Layout l = layout_of(x_.shape());
+  const std::vector<float> xf = widened(x_), dyf = widened(dy), mean = widened(used_mean_),
+                           invstd = widened(used_invstd_);
+  const bool affine = options_.affine;
+  std::vector<float> w, dw, db, dx;
+  if (affine) {
+    w = widened(weight.weights());
+    dw.resize(w.size());
+    db.resize(w.size());
+  }
+  if (input_grad()) dx.resize(xf.size());
+  // FP32 sums and formulas: x̂ from the saved input and statistics.
+  norm_math::backward(xf.data(), dyf.data(), l, mean.data(), invstd.data(), affine ? w.data() : nullptr,
+                      norm_math::AffineAxis::channel, used_batch_stats_, input_grad() ? dx.data() : nullptr,
+                      affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
+  const DType wd = weight.model_dtype(), bd = bias.model_dtype();
+  if (affine) {
+    accumulate_grad(weight, dw, wd);
+    accumulate_grad(bias, db, bd);
+  }
+  Tensor out;
+  if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);
+  if (ctx.tracing()) {
+    TraceEntry e{Phase::backward, path(), "batch_norm", {traced("dy", dy), traced("x", x_)}, op_.compute, {}};
+    if (affine) e.inputs.push_back(traced("weight", weight.weights()));
+    if (input_grad()) e.outputs.push_back(traced("dx", out));
+    if (affine) {
+      e.outputs.push_back({"weight.grad", wd, weight.master.shape(),
+                           static_cast<std::size_t>(weight.master.numel()) * bytes_per_element(wd)});
+      e.outputs.push_back({"bias.grad", bd, bias.master.shape(),
+                           static_cast<std::size_t>(bias.master.numel()) * bytes_per_element(bd)});
+    }
+    ctx.record(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace mpt
