@@ -37,11 +37,6 @@ using mpt::cli::op::OpCall;
 using mpt::cli::op::OpEntry;
 using mpt::cli::op::OpOutput;
 
-/// The most elements --shape may have.
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 24;
-
-constexpr const char* kShapeHint = "give the sizes, each from 1, separated by x, e.g. --shape 8x4x3x3";
-
 constexpr const char* kPolicyChoices =
     "valid: uniform (every op stores --dtype and computes in f32), keep-f32:OP[,OP...] (those ops "
     "read, compute and store f32 inside the uniform policy), e.g. keep-f32:linear";
@@ -71,28 +66,6 @@ std::vector<std::string> runnable_names() {
 // ---------------------------------------------------------------------------
 // The common options.
 
-mpt::Shape parse_shape(const std::string& text) {
-  if (text.empty()) throw UsageError(std::string("missing --shape; ") + kShapeHint);
-  mpt::Shape shape;
-  std::string item;
-  std::istringstream items(text);
-  while (std::getline(items, item, 'x')) {
-    long long v = 0;
-    if (!mpt::cli::parse_integer(item, 1, kMaxElements, v))
-      throw UsageError("--shape: '" + text + "' is not a shape ('" + item + "' is no size); " + kShapeHint);
-    shape.push_back(v);
-  }
-  if (text.back() == 'x') throw UsageError("--shape: '" + text + "' ends with x; " + kShapeHint);
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    if (n > kMaxElements / d)
-      throw UsageError("--shape: '" + text + "' has more than " + std::to_string(kMaxElements) +
-                       " elements, the most `mpt op` takes");
-    n *= d;
-  }
-  return shape;
-}
-
 std::shared_ptr<const mpt::Policy> parse_policy(const std::string& text, mpt::DType d) {
   const std::shared_ptr<const mpt::Policy> uniform = mpt::uniform_policy(d);
   if (text == "uniform") return uniform;
@@ -120,7 +93,7 @@ struct OpArgs {
 
 OpCall call_of(const OpEntry& e, const OpArgs& a) {
   OpCall c;
-  c.shape = parse_shape(a.shape);
+  c.shape = mpt::cli::op::parse_shape("--shape", a.shape);
   try {
     c.dtype = mpt::dtype_named(a.dtype);
   } catch (const std::invalid_argument& err) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <istream>
 #include <map>
 #include <memory>
@@ -58,6 +59,13 @@ class StdinNumbers {
   std::size_t used_ = 0;
   std::vector<std::string> blocks_;
 };
+
+/// The most elements a shape given to `mpt op` may have.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 24;
+
+/// "8x4x3x3" as a shape: sizes from 1, separated by x, at most kMaxElements
+/// elements in all; a UsageError naming `flag` otherwise.
+Shape parse_shape(const std::string& flag, const std::string& text);
 
 /// One run of an op as the command line asked for it; every common option is
 /// already checked.

@@ -70,6 +70,83 @@ def matmul(a, b, n, k, m):  # a [n, k] times b [k, m], row-major lists, in doubl
 
 def transpose(a, r, c):
     return [a[i * c + j] for j in range(c) for i in range(r)]
+
+def prod(xs):
+    p = 1
+    for v in xs:
+        p *= v
+    return p
+
+# The gradient of sum(dy * f(v)) with respect to v by central differences.
+def grad_fd(f, v, dy, h=1e-6):
+    g = []
+    for i in range(len(v)):
+        a, b = list(v), list(v)
+        a[i] += h
+        b[i] -= h
+        g.append(sum(d * (p - q) for d, p, q in zip(dy, f(a), f(b))) / (2 * h))
+    return g
+
+# Batch norm of x [N, C, L...] in double: y, batch mean, biased variance.
+def batch_norm(x, shape, eps, gamma, beta, mean=None, var=None):
+    n, c, l = shape[0], shape[1], prod(shape[2:])
+    idx = lambda i, k, j: (i * c + k) * l + j
+    if mean is None:
+        mean = [sum(x[idx(i, k, j)] for i in range(n) for j in range(l)) / (n * l) for k in range(c)]
+        var = [sum((x[idx(i, k, j)] - mean[k]) ** 2 for i in range(n) for j in range(l)) / (n * l)
+               for k in range(c)]
+    y = [0.0] * len(x)
+    for i in range(n):
+        for k in range(c):
+            for j in range(l):
+                t = idx(i, k, j)
+                y[t] = (x[t] - mean[k]) / math.sqrt(var[k] + eps) * gamma[k] + beta[k]
+    return y, mean, var
+
+# Layer norm of x over rows of `width` elements, in double.
+def layer_norm(x, width, eps, gamma, beta):
+    y, means, rstds = [], [], []
+    for r in range(len(x) // width):
+        row = x[r * width:(r + 1) * width]
+        m = sum(row) / width
+        v = sum((a - m) ** 2 for a in row) / width
+        means.append(m)
+        rstds.append(1 / math.sqrt(v + eps))
+        y += [(a - m) * rstds[-1] * g + b for a, g, b in zip(row, gamma, beta)]
+    return y, means, rstds
+
+# Cross-correlation as torch.nn.functional.conv2d, written out: x [N, C, H, W],
+# w [O, C, k, k], b [O], zero padding p, stride s.
+def conv2d(x, xs, w, b, o, k, s, p):
+    n, c, h, wd = xs
+    ho, wo = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
+    y = []
+    for i in range(n):
+        for q in range(o):
+            for r in range(ho):
+                for t in range(wo):
+                    acc = b[q]
+                    for ch in range(c):
+                        for u in range(k):
+                            for v in range(k):
+                                hh, ww = r * s - p + u, t * s - p + v
+                                if 0 <= hh < h and 0 <= ww < wd:
+                                    acc += x[((i * c + ch) * h + hh) * wd + ww] * w[((q * c + ch) * k + u) * k + v]
+                    y.append(acc)
+    return y, [n, o, ho, wo]
+
+# Max or average pooling, written out (padding never the max, zeros in the mean).
+def pool2d(x, xs, k, s, p, kind):
+    n, c, h, wd = xs
+    ho, wo = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
+    y = []
+    for i in range(n * c):
+        for r in range(ho):
+            for t in range(wo):
+                vals = [x[(i * h + r * s - p + u) * wd + t * s - p + v] for u in range(k) for v in range(k)
+                        if 0 <= r * s - p + u < h and 0 <= t * s - p + v < wd]
+                y.append(max(vals) if kind == "max" else sum(vals) / (k * k))
+    return y, [n, c, ho, wo]
 PY
   { echo "from op_ref import *"; cat; } >"$WORK/check.py"
   PYTHONPATH=$WORK python3 "$WORK/check.py" "$OUT" "$@" || fail "python check failed (see above)"
@@ -86,7 +163,8 @@ listed_not_runnable() {
   awk '/^not runnable from the command line yet/ { on = 1; getline; next } on && NF == 0 { exit } on { print $1 }' "$OUT"
 }
 
-RUNNABLE="linear relu gelu cross_entropy mse_loss"
+RUNNABLE="linear conv2d relu gelu layer_norm batch_norm cross_entropy mse_loss max_pool2d avg_pool2d"
+RUNNABLE_LIST="linear, conv2d, relu, gelu, layer_norm, batch_norm, cross_entropy, mse_loss, max_pool2d, avg_pool2d"
 
 case "$CASE" in
 
@@ -98,6 +176,8 @@ list)
   expect_out_regex '^linear +2 +x \[B, in\] +y \[B, out\], weight \[out, in\], bias \[out\]; --backward: dx, dweight, dbias +y = x W\^T \+ b'
   expect_out_regex '^relu +2 +x, any shape +y; --backward: dx +max\(x, 0\)$'
   expect_out_regex '^cross_entropy +2 +logits x \[B, C\]; class ids from --targets'
+  expect_out_regex '^batch_norm +3 +x \[N, C\], \[N, C, L\] or \[N, C, H, W\]'
+  expect_out_regex '^conv2d +3 +x \[N, C, H, W\] +y \[N, out, H., W.\], weight \[out, C, k, k\]'
   listed_runnable >"$WORK/runnable"
   known_ops >"$WORK/known"
   [ "$(wc -l <"$WORK/known")" -ge 17 ] || fail "could not read the op table of ops.cpp"
@@ -385,8 +465,24 @@ PY
   ;;
 
 modes)
-  # No runnable op has train/eval modes yet; --eval runs them unchanged,
-  # and the two flags exclude each other.
+  need_python
+  # batch_norm has modes: --train normalizes with the batch and updates the
+  # running estimates, --eval normalizes with them and leaves them alone.
+  run_in "1 2 3 4 5 6 7 8" op batch_norm --shape 4x2 --running-mean 1,2 --running-var 4,9 --eval
+  expect_rc 0
+  cp "$OUT" "$WORK/eval"
+  run_in "1 2 3 4 5 6 7 8" op batch_norm --shape 4x2 --running-mean 1,2 --running-var 4,9
+  cp "$OUT" "$WORK/default"
+  run_in "1 2 3 4 5 6 7 8" op batch_norm --shape 4x2 --running-mean 1,2 --running-var 4,9 --train
+  cmp -s "$WORK/default" "$OUT" || fail "the default mode should be --train"
+  ! cmp -s "$WORK/eval" "$OUT" || fail "--eval and --train gave the same batch_norm"
+  OUT=$WORK/eval check_py <<'PY'
+assert list(out) == ["y", "running_mean", "running_var"], list(out)
+y, _, _ = batch_norm([1, 2, 3, 4, 5, 6, 7, 8], [4, 2], 1e-5, [1, 1], [0, 0], [1, 2], [4, 9])
+close(out["y"][2], y, 1e-6, "eval: normalized with the running estimates")
+assert out["running_mean"][2] == [1, 2] and out["running_var"][2] == [4, 9]
+PY
+  # The other ops have no modes; --eval runs them unchanged.
   run_in "1 -1 2 -2" op relu --shape 4 --eval
   expect_rc 0
   cp "$OUT" "$WORK/eval"
@@ -394,14 +490,188 @@ modes)
   cmp -s "$WORK/eval" "$OUT" || fail "--eval changed relu"
   run_in "1 -1 2 -2" op relu --shape 4 --train --eval
   expect_usage_error "--train and --eval exclude each other"
-  run_in "1 2 3 4 5 6" op linear --shape 2x3 --out-features 1 --eval --train
+  run_in "1 2 3 4 5 6 7 8" op batch_norm --shape 4x2 --eval --train
   expect_usage_error "--train and --eval exclude each other"
+  run op relu --help
+  expect_out "ops with modes: batch_norm"
+  ;;
+
+batch_norm_train)
+  need_python
+  # N=3, C=2, L=2: six values per channel; momentum 0.2 from given estimates.
+  xs="0.5 -1 2 3   1.5 0 -2 4   -0.5 1 0.25 -3"
+  dys="1 -2 0.5 0.25   -1 3 2 -0.5   0.75 1 -1.5 2"
+  run_in "$xs $dys" op batch_norm --shape 3x2x2 --momentum 0.2 --running-mean 0.5,-1 --running-var 2,0.25 --backward
+  expect_rc 0
+  check_py $xs $dys <<'PY'
+v = [float(a) for a in args]
+x, dy = v[:12], v[12:]
+shape, eps = [3, 2, 2], 1e-5
+assert list(out) == ["y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight", "dbias"], list(out)
+for name in out:
+    assert out[name][0] == "f32", (name, out[name][0])
+y, mean, var = batch_norm(x, shape, eps, [1, 1], [0, 0])
+assert out["y"][1] == shape and out["mean"][1] == [2] and out["running_var"][1] == [2]
+close(out["y"][2], y, 1e-5, "y", 1e-6)
+close(out["mean"][2], mean, 1e-6, "batch mean", 1e-7)
+close(out["invstd"][2], [1 / math.sqrt(s + eps) for s in var], 1e-6, "invstd: biased variance")
+# The running variance takes the unbiased one: M / (M - 1) times the biased.
+close(out["running_mean"][2], [0.8 * 0.5 + 0.2 * mean[0], 0.8 * -1 + 0.2 * mean[1]], 1e-6, "running mean")
+close(out["running_var"][2], [0.8 * 2 + 0.2 * var[0] * 6 / 5, 0.8 * 0.25 + 0.2 * var[1] * 6 / 5], 1e-6,
+      "running var")
+f = lambda t: batch_norm(t, shape, eps, [1, 1], [0, 0])[0]
+close(out["dx"][2], grad_fd(f, x, dy), 1e-4, "dx", 1e-5)
+close(out["dweight"][2], grad_fd(lambda g: batch_norm(x, shape, eps, g, [0, 0])[0], [1, 1], dy), 1e-5,
+      "dweight", 1e-6)
+close(out["dbias"][2], grad_fd(lambda b: batch_norm(x, shape, eps, [1, 1], b)[0], [0, 0], dy), 1e-5,
+      "dbias", 1e-6)
+PY
+  # momentum none: the cumulative average, after one batch the batch itself.
+  run_in "$xs" op batch_norm --shape 3x2x2 --momentum none --running-mean 7,7
+  expect_rc 0
+  check_py $xs <<'PY'
+x = [float(a) for a in args]
+_, mean, var = batch_norm(x, [3, 2, 2], 1e-5, [1, 1], [0, 0])
+close(out["running_mean"][2], mean, 1e-6, "cumulative mean", 1e-7)
+close(out["running_var"][2], [s * 6 / 5 for s in var], 1e-6, "cumulative var")
+PY
+  # eps moves invstd.
+  run_in "$xs" op batch_norm --shape 3x2x2 --eps 0.5
+  check_py $xs <<'PY'
+_, mean, var = batch_norm([float(a) for a in args], [3, 2, 2], 0.5, [1, 1], [0, 0])
+close(out["invstd"][2], [1 / math.sqrt(s + 0.5) for s in var], 1e-6, "invstd with eps 0.5")
+PY
+  ;;
+
+batch_norm_precision)
+  need_python
+  # Uniform f16: x and y f16, the statistics f32 (Welford in FP32), the
+  # running estimates in the parameters' dtype, f16.
+  xs="0.1 1000 0.2 1001 0.3 1002 0.4 1003"
+  run_in "$xs" op batch_norm --shape 4x2 --dtype f16
+  expect_rc 0
+  check_py $xs <<'PY'
+dt = {name: out[name][0] for name in out}
+assert dt == {"y": "f16", "mean": "f32", "invstd": "f32", "running_mean": "f16", "running_var": "f16"}, dt
+x = [f16(float(a)) for a in args]
+y, mean, var = batch_norm(x, [4, 2], 1e-5, [1, 1], [0, 0])
+close(out["mean"][2], mean, 1e-6, "mean of the f16 inputs")
+close(out["y"][2], [f16(v) for v in y], 2 ** -10, "y rounded into f16", 2 ** -14)
+assert out["running_mean"][2] == [f16(0.1 * m) for m in out["mean"][2]], out["running_mean"][2]
+PY
+  # keep-f32:batch_norm: the input (already f16) is cast up, y and the
+  # running estimates are f32.
+  run_in "$xs" op batch_norm --shape 4x2 --dtype f16 --policy keep-f32:batch_norm
+  expect_rc 0
+  check_py $xs <<'PY'
+dt = {name: out[name][0] for name in out}
+assert set(dt.values()) == {"f32"}, dt
+x = [f16(float(a)) for a in args]
+y, mean, var = batch_norm(x, [4, 2], 1e-5, [1, 1], [0, 0])
+close(out["y"][2], y, 1e-5, "y in f32 from the f16 inputs", 1e-6)
+PY
+  ;;
+
+layer_norm)
+  need_python
+  xs="1 2 3 4   0.5 -0.5 8 2   -3 1 1 0   2 2 2 2.5   7 -1 0 3   0.25 0.5 -4 1"
+  dys="1 0 -1 2   0.5 0.5 -2 1   3 -1 0 0.25   1 1 -1 -1   0 2 1 -0.5   -1 0.75 1 2"
+  run_in "$xs $dys" op layer_norm --shape 2x3x4 --backward
+  expect_rc 0
+  check_py $xs $dys <<'PY'
+v = [float(a) for a in args]
+x, dy = v[:24], v[24:]
+assert list(out) == ["y", "mean", "rstd", "dx", "dweight", "dbias"], list(out)
+assert out["y"][:2] == ("f32", [2, 3, 4]) and out["mean"][:2] == ("f32", [6])
+assert out["dweight"][1] == [4]
+ones, zeros = [1] * 4, [0] * 4
+y, means, rstds = layer_norm(x, 4, 1e-5, ones, zeros)
+close(out["y"][2], y, 1e-5, "y", 1e-6)
+close(out["mean"][2], means, 1e-6, "mean", 1e-7)
+close(out["rstd"][2], rstds, 1e-5, "rstd")
+close(out["dx"][2], grad_fd(lambda t: layer_norm(t, 4, 1e-5, ones, zeros)[0], x, dy), 1e-4, "dx", 1e-5)
+close(out["dweight"][2], grad_fd(lambda g: layer_norm(x, 4, 1e-5, g, zeros)[0], ones, dy), 1e-5, "dweight",
+      1e-6)
+close(out["dbias"][2], grad_fd(lambda b: layer_norm(x, 4, 1e-5, ones, b)[0], zeros, dy), 1e-5, "dbias", 1e-6)
+PY
+  # Over the last two dimensions: two rows of 12.
+  run_in "$xs" op layer_norm --shape 2x3x4 --normalized-shape 3x4 --eps 0.01
+  expect_rc 0
+  check_py $xs <<'PY'
+x = [float(a) for a in args]
+y, means, rstds = layer_norm(x, 12, 0.01, [1] * 12, [0] * 12)
+assert out["mean"][1] == [2]
+close(out["y"][2], y, 1e-5, "y over 3x4", 1e-6)
+close(out["rstd"][2], rstds, 1e-5, "rstd with eps 0.01")
+PY
+  ;;
+
+conv2d)
+  need_python
+  # N=2, C=2, 4x5 images; 3 output channels, 3x3 kernel, stride 2, padding 1.
+  xs=$(python3 -c 'print(" ".join(str((i * 7 % 11) / 4 - 1) for i in range(80)))')
+  dys=$(python3 -c 'print(" ".join(str((i * 5 % 7) / 2 - 1.5) for i in range(36)))')
+  run_in "$xs $dys" op conv2d --shape 2x2x4x5 --out-channels 3 --kernel-size 3 --stride 2 --padding 1 --seed 4 --backward
+  expect_rc 0
+  check_py $xs $dys <<'PY'
+v = [float(a) for a in args]
+x, dy = v[:80], v[80:]
+assert list(out) == ["y", "weight", "bias", "dx", "dweight", "dbias"], list(out)
+w, b = out["weight"][2], out["bias"][2]
+assert out["weight"][1] == [3, 2, 3, 3] and out["bias"][1] == [3]
+# The layer's own initialiser: uniform in +-1/sqrt(C k k).
+assert all(abs(t) <= 1 / math.sqrt(18) for t in w + b) and len(set(w + b)) == 57
+xs = [2, 2, 4, 5]
+y, ys = conv2d(x, xs, w, b, 3, 3, 2, 1)
+assert out["y"][1] == ys == [2, 3, 2, 3], out["y"][1]
+close(out["y"][2], y, 1e-5, "y", 1e-6)
+close(out["dx"][2], grad_fd(lambda t: conv2d(t, xs, w, b, 3, 3, 2, 1)[0], x, dy), 1e-5, "dx", 1e-5)
+close(out["dweight"][2], grad_fd(lambda t: conv2d(x, xs, t, b, 3, 3, 2, 1)[0], w, dy), 1e-5, "dweight", 1e-5)
+close(out["dbias"][2], grad_fd(lambda t: conv2d(x, xs, w, t, 3, 3, 2, 1)[0], b, dy), 1e-5, "dbias", 1e-5)
+PY
+  # Defaults: stride 1, padding 0.
+  run_in "$xs" op conv2d --shape 2x2x4x5 --out-channels 1 --kernel-size 2
+  expect_rc 0
+  check_py $xs <<'PY'
+x = [float(a) for a in args]
+y, ys = conv2d(x, [2, 2, 4, 5], out["weight"][2], out["bias"][2], 1, 2, 1, 0)
+assert out["y"][1] == ys == [2, 1, 3, 4]
+close(out["y"][2], y, 1e-5, "y, stride 1, padding 0", 1e-6)
+PY
+  ;;
+
+pooling)
+  need_python
+  # Distinct values, so every window has one maximum.
+  xs=$(python3 -c 'print(" ".join(str((i * 13 % 32) - 10.5) for i in range(32)))')
+  dys=$(python3 -c 'print(" ".join(str(i % 5 - 2 + 0.5 * (i % 3)) for i in range(32)))')
+  for kind in max avg; do
+    run_in "$xs" op ${kind}_pool2d --shape 1x2x4x4 --kernel-size 2
+    expect_rc 0
+    check_py $kind $xs <<'PY'
+kind, x = args[0], [float(a) for a in args[1:]]
+y, ys = pool2d(x, [1, 2, 4, 4], 2, 2, 0, kind)
+assert list(out) == ["y"] and out["y"][1] == ys == [1, 2, 2, 2], out["y"][1]
+close(out["y"][2], y, 1e-6, kind + " pool, stride = kernel size")
+PY
+    # Overlapping windows (stride 1) over padding 1: gradients add up.
+    run_in "$xs $dys" op ${kind}_pool2d --shape 1x2x4x4 --kernel-size 3 --stride 1 --padding 1 --backward
+    expect_rc 0
+    check_py $kind $xs $dys <<'PY'
+kind, v = args[0], [float(a) for a in args[1:]]
+x, dy = v[:32], v[32:]
+f = lambda t: pool2d(t, [1, 2, 4, 4], 3, 1, 1, kind)[0]
+assert out["y"][1] == [1, 2, 4, 4] and out["dx"][1] == [1, 2, 4, 4]
+close(out["y"][2], f(x), 1e-6, kind + " pool, padding 1")
+close(out["dx"][2], grad_fd(f, x, dy, 1e-4), 1e-5, kind + " pool dx", 1e-6)
+PY
+  done
   ;;
 
 bad_input)
   # Names.
   run op frobnicate
-  expect_usage_error "unknown op 'frobnicate'" "runnable ops: linear, relu, gelu, cross_entropy, mse_loss"
+  expect_usage_error "unknown op 'frobnicate'" "runnable ops: $RUNNABLE_LIST"
   run op softmax
   expect_usage_error "'softmax' is a known op but not runnable from the command line yet"
   run op
@@ -477,6 +747,42 @@ bad_input)
   expect_usage_error "--targets: '3' is not a class of x" "from 0 to 2"
   run op cross_entropy --shape 2x3 --targets 1,
   expect_usage_error "--targets: '1,' ends with a comma"
+  run op conv2d --shape 2x3 --out-channels 1 --kernel-size 1
+  expect_usage_error "conv2d takes x [N, C, H, W], 4 dimensions; this shape has 2"
+  run op conv2d --shape 1x1x4x4 --out-channels 1
+  expect_usage_error "missing --kernel-size" "--kernel-size 3"
+  run op conv2d --shape 1x1x4x4 --kernel-size 3
+  expect_usage_error "missing --out-channels"
+  run op conv2d --shape 1x1x4x4 --out-channels 1 --kernel-size 3 --stride 0
+  expect_usage_error "--stride: '0' is not the window's step" "from 1 to 1024"
+  run_in "$(seq 16)" op conv2d --shape 1x1x4x4 --out-channels 1 --kernel-size 5
+  expect_usage_error "Conv2d"
+  run op max_pool2d --shape 1x1x4x4 --kernel-size 2 --padding 2
+  expect_usage_error "padding must be in 0..1"
+  run op avg_pool2d --shape 1x4x4 --kernel-size 2
+  expect_usage_error "avg_pool2d takes x [N, C, H, W]"
+  run op batch_norm --shape 2x2x2x2x2
+  expect_usage_error "batch_norm takes x [N, C], [N, C, L] or [N, C, H, W]; this shape has 5"
+  run op batch_norm --shape 4x3 --running-mean 1,2
+  expect_usage_error "--running-mean: 2 number(s); give 3 number(s) separated by commas"
+  run op batch_norm --shape 4x3 --running-var 1,x,2
+  expect_usage_error "--running-var: cannot parse 'x'"
+  run op batch_norm --shape 4x3 --momentum 1.5
+  expect_usage_error "--momentum: '1.5' is not a momentum" "none"
+  run op batch_norm --shape 4x3 --eps -1
+  expect_usage_error "--eps: '-1' is not an eps"
+  run op layer_norm --shape 4x3 --eps abc
+  expect_usage_error "--eps: cannot parse 'abc'"
+  run op layer_norm --shape 2x3x4 --normalized-shape 2x4
+  expect_usage_error "--normalized-shape 2x4" "does not end with these"
+  run op layer_norm --shape 2x3 --normalized-shape 0
+  expect_usage_error "--normalized-shape: '0' is not a shape"
+  # A channel of one value cannot be normalized with batch statistics
+  # (training); eval can.
+  run_in "1 2" op batch_norm --shape 1x2
+  expect_usage_error "expected more than 1 value per channel when training"
+  run_in "1 2" op batch_norm --shape 1x2 --eval
+  expect_rc 0
   ;;
 
 help_documents_choices)
