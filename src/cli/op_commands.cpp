@@ -251,9 +251,10 @@ void add_op_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "more blocks after it (mse_loss: its target), and with --backward the output's gradient comes "
       "last. Every output is printed by name (y, dx, weight, ...) with its dtype and shape, then its "
       "stored values widened to float as the shortest decimals that read back as the same float, one "
-      "line per run of the last dimension; --json gives the same as JSON, inf and NaN as null. Layers "
-      "with parameters initialise them from --seed with their own initialiser and print them. Bad "
-      "shapes, counts, numbers or names: one line on stderr, exit status 2.");
+      "line per run of the last dimension; --json gives the same as JSON, inf and NaN as null. linear "
+      "and conv2d draw their parameters from --seed with the layer's own initialiser and print them; "
+      "the norms' weight and bias start at 1 and 0, as PyTorch's. Bad shapes, counts, numbers or names: "
+      "one line on stderr, exit status 2.");
   auto name = std::make_shared<std::string>();
   op->add_option("NAME", *name, "an op name: list, or one of the subcommands below");
   handlers.on(op, [name] { return cmd_op_name(*name); });
