@@ -51,6 +51,7 @@ struct TraceArgs {
   bool forward_only = false;
   bool json = false;
   std::string dot;
+  std::string rankdir = "LR";
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -179,7 +180,13 @@ int cmd_trace(const TraceArgs& a) {
   const std::string title = (s.cnn ? std::string("digits CNN 1x8x8 -> conv-bn-relu-pool x2 -> fc 10")
                                    : "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + ")") +
                             ", batch " + std::to_string(s.batch) + ", policy: " + policy;
-  if (!a.dot.empty()) mpt::cli::write_atomically(a.dot, mpt::render_dot(trace, title));
+  if (!a.dot.empty()) {
+    std::string graph = mpt::render_dot(trace, title);
+    const std::string lr = "rankdir=LR";
+    const std::size_t at = graph.find(lr);
+    if (a.rankdir == "TB" && at != std::string::npos) graph.replace(at, lr.size(), "rankdir=TB");
+    mpt::cli::write_atomically(a.dot, graph);
+  }
 
   if (a.json) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(mpt::render_json(trace));
@@ -258,6 +265,12 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->add_option("--dot", a->dot,
                    "also write the trace as a Graphviz graph to this file (written atomically)")
       ->type_name("FILE.dot");
+  trace
+      ->add_option("--rankdir", a->rankdir,
+                   "the graph's direction: LR (left to right, the default) or TB (top to bottom, for "
+                   "long models)")
+      ->check(CLI::IsMember({"LR", "TB"}))
+      ->capture_default_str();
   handlers.on(trace, [a, sizes, activation] {
     a->sizes_given = sizes->count() > 0;
     a->activation_given = activation->count() > 0;

@@ -86,6 +86,14 @@ cnn_keep_batch_norm)
     expect_out_regex '^bn1.weight +8 +f32 \(the master\) +0 '
     expect_out_regex '^conv2.weight +16x8x3x3 +f16 '
   done
+  # The chapter's picture: the same trace as a graph, top to bottom.
+  run trace --model cnn --dtype f16 --batch 2 --forward-only --keep-f32-ops batch_norm --rankdir TB \
+    --dot "$WORK/cnn.dot"
+  expect_rc 0
+  grep -q 'rankdir=TB' "$WORK/cnn.dot" || fail "--rankdir TB did not lay the graph out top to bottom"
+  grep -q 'bn1: batch_norm' "$WORK/cnn.dot" || fail "the graph lacks bn1's batch_norm node"
+  run trace --model cnn --rankdir XY
+  expect_usage_error "--rankdir"
   ;;
 
 json)

@@ -41,8 +41,11 @@ inline std::int64_t out_size(std::int64_t in, const Window2d& w) {
 
 /// The sizes of a 4-D activation and of what a window makes of it.
 struct Geometry {
-  std::int64_t n = 0, c = 0, h = 0, w = 0;  ///< the input [N, C, H, W]
-  Window2d win;                             ///< the window
+  std::int64_t n = 0;  ///< the input's batch N
+  std::int64_t c = 0;  ///< its channels C
+  std::int64_t h = 0;  ///< its rows H
+  std::int64_t w = 0;  ///< its columns W
+  Window2d win;        ///< the window
   /// Output rows H'.
   std::int64_t oh() const { return out_size(h, win); }
   /// Output columns W'.
