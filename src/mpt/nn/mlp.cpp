@@ -1,6 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the MLP.
-// Depends on: mlp.hpp, linear.hpp, activations.hpp, losses.hpp (trace_step);
-// the core tier (random.hpp).
+// Depends on: mlp.hpp, linear.hpp, activations.hpp; the core tier (random.hpp).
 #include "mpt/nn/mlp.hpp"
 
 #include <stdexcept>
@@ -10,7 +9,6 @@
 #include "mpt/core/random.hpp"
 #include "mpt/nn/activations.hpp"
 #include "mpt/nn/linear.hpp"
-#include "mpt/nn/losses.hpp"
 
 namespace mpt {
 
@@ -54,23 +52,6 @@ Mlp::Mlp(MlpConfig config)
                                                                             : GeluApproximation::none);
   }
   finish();
-}
-
-Trace trace_step(Model& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only) {
-  Trace trace;
-  Context& ctx = net.context();
-  Trace* before = ctx.trace();
-  ctx.set_trace(&trace);
-  try {
-    const Tensor& logits = net.forward(x);
-    (void)cross_entropy_loss(logits, labels, ctx);
-    if (!forward_only) net.backward(cross_entropy_backward(logits, labels, 1.0f, ctx));
-  } catch (...) {
-    ctx.set_trace(before);
-    throw;
-  }
-  ctx.set_trace(before);
-  return trace;
 }
 
 }  // namespace mpt

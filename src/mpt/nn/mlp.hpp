@@ -76,10 +76,6 @@ class Mlp final : public Model {
   MlpConfig config_;
 };
 
-/// One training step's forward, cross-entropy loss and (unless
-/// forward_only) backward of `net` on (x, labels), recorded: a Trace of
-/// every op and every cast, in the order they ran, with the net's policy.
-/// The gradients are added into the parameters' grads as in any step.
-Trace trace_step(Model& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only = false);
+// trace_step(), the traced training step of any Model, is declared in model.hpp.
 
 }  // namespace mpt

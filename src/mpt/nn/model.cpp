@@ -1,10 +1,12 @@
 // Chapters 02 onwards — a trainable network: a Sequential that owns its Context.
-// Depends on: model.hpp.
+// Depends on: model.hpp, losses.hpp (the loss of trace_step).
 #include "mpt/nn/model.hpp"
 
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "mpt/nn/losses.hpp"
 
 namespace mpt {
 
@@ -55,6 +57,23 @@ std::size_t Model::activation_bytes() const {
   std::vector<const Tensor*> kept = saved();
   kept.push_back(&out_);
   return distinct_bytes(kept);
+}
+
+Trace trace_step(Model& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only) {
+  Trace trace;
+  Context& ctx = net.context();
+  Trace* before = ctx.trace();
+  ctx.set_trace(&trace);
+  try {
+    const Tensor& logits = net.forward(x);
+    (void)cross_entropy_loss(logits, labels, ctx);
+    if (!forward_only) net.backward(cross_entropy_backward(logits, labels, 1.0f, ctx));
+  } catch (...) {
+    ctx.set_trace(before);
+    throw;
+  }
+  ctx.set_trace(before);
+  return trace;
 }
 
 }  // namespace mpt

@@ -20,6 +20,7 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
+#include "mpt/core/trace.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
@@ -83,5 +84,11 @@ class Model : public Sequential {
   Tensor out_;
   bool have_forward_ = false;
 };
+
+/// One training step's forward, cross-entropy loss and (unless
+/// forward_only) backward of `net` on (x, labels), recorded: a Trace of
+/// every op and every cast, in the order they ran, with the net's policy.
+/// The gradients are added into the parameters' grads as in any step.
+Trace trace_step(Model& net, const MatrixF& x, const std::vector<int>& labels, bool forward_only = false);
 
 }  // namespace mpt
