@@ -18,7 +18,7 @@ namespace mpt {
 
 namespace {
 
-constexpr int kImage = 8;  // the digits are 8×8
+constexpr Eigen::Index kImage = 8;  // the digits are 8×8
 
 const CnnConfig& checked(const CnnConfig& c) {
   if (c.channels1 < 1 || c.channels2 < 1 || c.classes < 1)
@@ -36,7 +36,7 @@ Cnn::Cnn(CnnConfig config)
   Rng rng(config_.seed);
   const Conv2dOptions conv{1, 1, !config_.batch_norm};
   emplace<Unflatten>("unflatten", Shape{1, kImage, kImage});
-  int in = 1, side = kImage;
+  int in = 1, side = static_cast<int>(kImage);
   const int channels[2] = {config_.channels1, config_.channels2};
   for (int l = 0; l < 2; ++l) {
     const std::string i = std::to_string(l + 1);
