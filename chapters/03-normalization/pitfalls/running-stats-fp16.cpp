@@ -175,8 +175,9 @@ RunResult stats_outcomes(const StatsRun& r, std::string setup) {
       {"lost_running_updates", r.lost_updates,
        "share of bn0's running-mean updates in the last " + std::to_string(kWatchedSteps) +
            " steps that rounded away"},
-      {"running_mean_gap", r.worst_gap_units, "largest |running mean − feature mean| over bn0's channels"},
-      {"running_mean_gap_stds", r.worst_gap, "the same gap in the feature's standard deviations"},
+      {"running_mean_gap", r.worst_gap_units, "|running mean − feature mean| of bn0's worst channel (below)"},
+      {"running_mean_gap_stds", r.worst_gap,
+       "the largest such gap over bn0's channels, in the feature's standard deviations"},
       {"skipped_steps", r.skipped, "optimizer steps the GradScaler skipped"},
       {"train_accuracy", r.train_accuracy,
        "batch accuracy in training mode (batch statistics), last " + std::to_string(kTrainAccuracySteps) +
