@@ -1,5 +1,5 @@
-// Chapter 03 — pitfall bn-skipped-step-not-skipped: a skipped step still updates BatchNorm's running
-// estimates Depends on: common.hpp (the chapter's helpers, this entry's declaration),
+// Chapter 03 — pitfall bn-skipped-step-not-skipped: a skipped step still updates the running stats
+// Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (BnRun, scaled_step, evaluate, nonfinite_running_stats),
 // ../../02-loss-scaling/training.hpp (blobs()), mpt/amp/grad_scaler.hpp,
 // mpt/core/policy.hpp (uniform_policy), mpt/nn/batch_norm.hpp;
@@ -12,10 +12,13 @@
 // when the batch is converted to fp16) has an inf batch mean and a NaN
 // variance, and running = 0.9·running + 0.1·batch folds them in for good.
 // Training recovers at once — it normalizes with batch statistics — but
-// eval normalizes with the running estimates, and every output is NaN
-// (pytorch/pytorch#115500 reports this family). The fix leaves the running
-// estimates alone for a batch whose statistics are not finite
-// (BatchNorm::Options::guard_running_update). FP32 statistics fix the
+// eval normalizes with the running estimates: NaN from the first BatchNorm
+// on (PyTorch's ReLU passes the NaN on to the logits; this library's maps
+// it to 0, and the network predicts one class for every input).
+// pytorch/pytorch#88474 reports exactly this, with an input of
+// data.half() * 100000; pytorch/pytorch#90342 is the same family. The fix
+// leaves the running estimates alone for a batch whose statistics are not
+// finite (BatchNorm::Options::guard_running_update). FP32 statistics fix the
 // variant where only the statistics overflow (finite fp16 inputs whose x²
 // overflows, bn-variance-fp16); an input that is already inf needs the
 // guard.

@@ -240,7 +240,7 @@ Pitfall layernorm_fp16_accumulation_pitfall() {
                 [](const RunResult& r) { return std::isinf(r.get("wide_row_sum_sq")); }),
           check("a row was normalized to all zeros",
                 [](const RunResult& r) { return r.get("collapsed_rows") > 0; }),
-          check("most outputs are more than one fp16 ulp off",
+          check("most outputs are more than one fp16 ulp (at max(|y|, 1)) off",
                 [](const RunResult& r) { return r.get("outputs_off") > r.get("features"); }),
       },
       {
@@ -252,7 +252,7 @@ Pitfall layernorm_fp16_accumulation_pitfall() {
                 [](const RunResult& r) {
                   return within(r.get("wide_row_sum_sq"), r.get("wide_row_sum_sq_fp64"), 1e-5);
                 }),
-          check("every output within one fp16 ulp of the FP64 normalization",
+          check("every output within one fp16 ulp (at max(|y|, 1)) of the FP64 normalization",
                 [](const RunResult& r) { return r.get("outputs_off") == 0; }),
       },
       {}};

@@ -232,7 +232,7 @@ Pitfall norm_eps_fp16_pitfall() {
       {
           check("1/√(var + eps) of the constant channel is finite",
                 [](const RunResult& r) { return std::isfinite(r.get("constant_invstd")); }),
-          check("every output within one fp16 ulp of FP64's, eps = 1e-8",
+          check("every output within one fp16 ulp (at max(|y|, 1)) of FP64's, eps = 1e-8",
                 [](const RunResult& r) { return r.get("outputs_off") == 0; }),
       },
       {

@@ -114,10 +114,11 @@ RunResult cancellation_broken() {
       "E[x²] and E[x]² are both about " + num(mean_sq) + " and differ by the variance, about " +
       num(kStd * kStd) + "; Σx² reaches " + num(largest) + ", where FP32's spacing is " + num(spacing) +
       ", and each of its " + num(out.get("values_per_channel")) +
-      " additions may round by up to half of that: E[x²] = Σx²/" + num(out.get("values_per_channel")) +
-      " collects errors of " + num(spacing / out.get("values_per_channel")) +
-      " and more, and the difference is mostly rounding error. The " + num(static_cast<double>(kChannels)) +
-      " variances came out as " + listed + " (FP64: about " +
+      " additions may round by up to half of that (" + num(spacing / 2) + "): E[x²] = Σx²/" +
+      num(out.get("values_per_channel")) + " moves by up to " +
+      num(spacing / 2 / out.get("values_per_channel")) +
+      " with each of them, the errors add up, and the difference is mostly rounding error. The " +
+      num(static_cast<double>(kChannels)) + " variances came out as " + listed + " (FP64: about " +
       num(std::round(out.get("std") * out.get("std") * 100) / 100) + "); √ of a negative one is NaN (" +
       num(out.get("nan_outputs")) +
       " NaN outputs), and one that is too small blows the outputs up (largest |y| " +
