@@ -20,4 +20,10 @@ void register_chapter01_pitfalls(Registry& registry);
 /// iterations skipped from the initial scale, Adam's eps in fp16.
 void register_chapter02_pitfalls(Registry& registry);
 
+/// Chapter 03 (BatchNorm and LayerNorm with FP32 statistics): the variance
+/// as E[x²] − E[x]² in fp16 and its cancellation in FP32, a LayerNorm row
+/// accumulated in fp16, running estimates in fp16, eps in fp16, running
+/// statistics folded in during a skipped step.
+void register_chapter03_pitfalls(Registry& registry);
+
 }  // namespace mpt

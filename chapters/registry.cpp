@@ -14,6 +14,7 @@ const Registry& pitfall_registry() {
     Registry r;
     register_chapter01_pitfalls(r);
     register_chapter02_pitfalls(r);
+    register_chapter03_pitfalls(r);
     return r;
   }();
   return registry;

@@ -1,0 +1,192 @@
+// Chapter 03 — tests of chapter 3's pitfalls (the norms' statistics in fp16,
+// cancellation in FP32, running estimates in fp16, eps in fp16, a skipped
+// step that still updates the running estimates).
+// Depends on: mpt/pitfall.hpp, mpt::chapters (pitfall_registry), doctest,
+// test_support.hpp.
+//
+// Every entry must still show its failure and its fix, its checks must be
+// able to fail, and its runs must be deterministic. The numbers the chapter
+// text builds on are pinned at the end, against values written out here
+// (fp16's spacing, the stall of an fp16 sum, the fp16 encoding of eps). Each
+// run is made once and shared by the test cases (runs_of), plus once more
+// for the determinism check.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mpt/core/pitfall.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using mpt::Pitfall;
+using mpt::RunResult;
+
+using mpt_test::any_fails;
+using mpt_test::failed_claims;
+
+/// Both runs of a pitfall, made on first use and kept.
+struct Runs {
+  RunResult broken, fixed;
+};
+const Runs& runs_of(const Pitfall& p) {
+  static std::map<std::string, Runs> cache;
+  auto it = cache.find(p.id);
+  if (it == cache.end()) it = cache.emplace(p.id, Runs{p.broken(), p.fixed()}).first;
+  return it->second;
+}
+const Runs& runs_of(const std::string& id) { return runs_of(mpt::pitfall_registry().get(id)); }
+
+std::vector<const Pitfall*> chapter3() {
+  std::vector<const Pitfall*> out;
+  for (const Pitfall& p : mpt::pitfall_registry().all())
+    if (p.chapter == 3) out.push_back(&p);
+  return out;
+}
+
+// Same bits: a rerun must give exactly the same numbers.
+bool same_bits(double a, double b) {
+  std::uint64_t ua, ub;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  return ua == ub;
+}
+
+}  // namespace
+
+TEST_CASE("chapter 3 registers its six pitfalls, in order, after chapter 2's") {
+  const std::vector<std::string> expected = {
+      "bn-variance-fp16",   "variance-cancellation", "layernorm-fp16-accumulation",
+      "running-stats-fp16", "norm-eps-fp16",         "bn-skipped-step-not-skipped"};
+  std::vector<std::string> ids;
+  for (const Pitfall* p : chapter3()) ids.push_back(p->id);
+  CHECK(ids == expected);
+  int last_chapter = 0;
+  for (const Pitfall& p : mpt::pitfall_registry().all()) {
+    CHECK(p.chapter >= last_chapter);
+    last_chapter = p.chapter;
+  }
+  CHECK(last_chapter >= 3);
+}
+
+TEST_CASE("chapter 3: every pitfall shows its symptom and its fix") {
+  for (const Pitfall* p : chapter3()) {
+    SUBCASE(p->id.c_str()) {
+      const Runs& r = runs_of(*p);
+      const auto symptom = mpt::evaluate_checks(p->symptom, r.broken);
+      const auto cure = mpt::evaluate_checks(p->cure, r.fixed);
+      CHECK_MESSAGE(!any_fails(symptom), p->id << ": the broken run does not show the symptom; failed claims:"
+                                               << failed_claims(symptom));
+      CHECK_MESSAGE(!any_fails(cure),
+                    p->id << ": the fixed run does not show the fix; failed claims:" << failed_claims(cure));
+      mpt_test::check_preconditions(*p, r.broken, r.fixed);
+    }
+  }
+}
+
+// If a broken run and its fixed run became the same (or a check became a
+// tautology), the test above could still pass. Check by check: every
+// symptom check must fail on the fixed run and every cure check on the
+// broken run; what both runs share is a precondition (held on both above).
+TEST_CASE("chapter 3: every symptom check fails on the fixed run, every cure check on the broken run") {
+  for (const Pitfall* p : chapter3()) {
+    SUBCASE(p->id.c_str()) { mpt_test::check_separates(*p, runs_of(*p).broken, runs_of(*p).fixed); }
+  }
+}
+
+TEST_CASE("chapter 3: broken and fixed runs measure the same things, deterministically") {
+  for (const Pitfall* p : chapter3()) {
+    SUBCASE(p->id.c_str()) {
+      const RunResult &broken = runs_of(*p).broken, &fixed = runs_of(*p).fixed;
+      mpt_test::check_runs_comparable(broken, fixed);
+      const RunResult broken_again = p->broken(), fixed_again = p->fixed();
+      REQUIRE(broken_again.outcomes.size() == broken.outcomes.size());
+      REQUIRE(fixed_again.outcomes.size() == fixed.outcomes.size());
+      CHECK(broken_again.explanation == broken.explanation);
+      CHECK(fixed_again.explanation == fixed.explanation);
+      for (std::size_t i = 0; i < broken.outcomes.size(); ++i) {
+        INFO(p->id << ": " << broken.outcomes[i].name);
+        CHECK(same_bits(broken_again.outcomes[i].value, broken.outcomes[i].value));
+        CHECK(same_bits(fixed_again.outcomes[i].value, fixed.outcomes[i].value));
+        // A NaN would say nothing: the runs report what was not finite as
+        // inf or as counts.
+        CHECK(!std::isnan(broken.outcomes[i].value));
+        CHECK(!std::isnan(fixed.outcomes[i].value));
+      }
+    }
+  }
+}
+
+// The numbers the chapter text builds on (measured by the runs; here is
+// what they must come out as).
+TEST_CASE("chapter 3: the numbers the chapter states") {
+  SUBCASE("bn-variance-fp16: inputs past 256 square past 65504; one channel NaN, one collapsed") {
+    const RunResult b = runs_of("bn-variance-fp16").broken;
+    const RunResult f = runs_of("bn-variance-fp16").fixed;
+    CHECK(b.get("max_abs_input") >= 256.0);  // 256² = 65536 > 65504
+    CHECK(b.get("nonfinite_variances") == 2);
+    CHECK(b.get("nan_outputs") == 64);  // one channel of the batch of 64
+    CHECK(b.get("collapsed_channels") == 1);
+    CHECK(f.get("worst_error_ulps") <= 0.5 + 1e-3);  // one rounding of an FP32 result
+  }
+  SUBCASE("variance-cancellation: FP32 Welford keeps the variance, the single pass does not") {
+    const RunResult b = runs_of("variance-cancellation").broken;
+    const RunResult f = runs_of("variance-cancellation").fixed;
+    CHECK(b.get("values_per_channel") == 16 * 8 * 8);
+    CHECK(b.get("mean") == doctest::Approx(1000).epsilon(1e-3));
+    CHECK(b.get("std") == doctest::Approx(1).epsilon(0.02));
+    CHECK(b.get("nonpositive_variances") >= 1);
+    CHECK(f.get("max_variance_rel_error") < 1e-4);
+    CHECK(f.get("max_variance_rel_error") > 0);  // measured, not assumed exact
+  }
+  SUBCASE("layernorm-fp16-accumulation: the fp16 sum stalls at 2048, the squares pass 65504") {
+    const RunResult b = runs_of("layernorm-fp16-accumulation").broken;
+    const RunResult f = runs_of("layernorm-fp16-accumulation").fixed;
+    // At 2048 fp16's spacing is 2: values below 1 no longer add, and the
+    // mean is 2048 / 4096.
+    CHECK(b.get("offset_row_mean") == 2048.0 / 4096.0);
+    CHECK(b.get("offset_row_sum_fp64") > 2048.0);
+    CHECK(std::isinf(b.get("wide_row_sum_sq")));
+    CHECK(b.get("wide_row_sum_sq_fp64") > 65504.0);
+    CHECK(b.explanation.find("stops at 2048") != std::string::npos);
+    CHECK(f.get("worst_error_ulps") <= 0.5 + 1e-2);
+  }
+  SUBCASE("running-stats-fp16: the fp16 running mean stops about 0.1⁻¹·(half an ulp) = 10 short") {
+    const RunResult b = runs_of("running-stats-fp16").broken;
+    const RunResult f = runs_of("running-stats-fp16").fixed;
+    // At 2048..4096 fp16's spacing is 2: updates 0.1·gap below 1 are lost,
+    // so the gap stays below 10 and above a few units (batch means scatter).
+    CHECK(b.get("running_mean_gap") <= 10.0 + 2.0);
+    CHECK(b.get("running_mean_gap") >= 4.0);
+    CHECK(f.get("running_mean_gap") < 0.5);
+    CHECK(b.get("train_accuracy") == doctest::Approx(f.get("train_accuracy")).epsilon(0.02));
+    CHECK(b.get("skipped_steps") == f.get("skipped_steps"));
+  }
+  SUBCASE("norm-eps-fp16: fp16(1e-5) = 168·2^-24 with 8 bits; fp16(1e-8) = 0") {
+    const RunResult b = runs_of("norm-eps-fp16").broken;
+    const RunResult f = runs_of("norm-eps-fp16").fixed;
+    CHECK(b.get("eps_default_stored") == std::ldexp(168.0, -24));
+    CHECK(b.get("eps_default_bits") == 8);  // 168 = 0b10101000
+    CHECK(b.get("eps_small_stored") == 0.0);
+    CHECK(f.get("eps_default_stored") == static_cast<double>(1e-5f));
+    CHECK(f.get("eps_default_bits") == 24);
+    CHECK(f.get("eps_small_stored") == static_cast<double>(1e-8f));
+    CHECK(f.get("constant_invstd") == doctest::Approx(1e4).epsilon(1e-6));  // 1/√1e-8
+    CHECK(std::isinf(b.get("constant_invstd")));
+  }
+  SUBCASE("bn-skipped-step-not-skipped: one skip, and only the guard keeps eval working") {
+    const RunResult b = runs_of("bn-skipped-step-not-skipped").broken;
+    const RunResult f = runs_of("bn-skipped-step-not-skipped").fixed;
+    CHECK(b.get("skipped_steps") == 1);
+    CHECK(f.get("skipped_steps") == 1);
+    CHECK(b.get("guarded_updates") == 0);
+    CHECK(b.get("train_accuracy") == f.get("train_accuracy"));  // the guard changes nothing in training
+    CHECK(b.get("test_accuracy") < 0.35);                       // about chance: 4 classes
+    CHECK(f.get("fp32_test_accuracy") > 0.85);
+  }
+}
