@@ -29,7 +29,8 @@ bench_records=()
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
-pitfall_ids=()
+pitfall_ids=(bn-variance-fp16 variance-cancellation layernorm-fp16-accumulation running-stats-fp16
+             norm-eps-fp16 bn-skipped-step-not-skipped)
 
 # The trace of one forward pass of the digits CNN in f16 with batch_norm kept
 # in f32 (the diagram cnn-trace-bn-f32.dot of the text).
