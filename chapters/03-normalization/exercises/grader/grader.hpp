@@ -1,9 +1,9 @@
-// Chapter 03 — exercises: what every grader test file shares, instructors'
-// hidden tests included: the exercise list, the reference answers (mpt is
-// the oracle: its Welford merge and norm formulas in double, its BatchNorm
-// with FP32 buffers) and the kit's helpers.
+// Chapter 03 — exercises: what every grader test file shares, instructors' hidden tests included.
 // Depends on: doctest, grader_kit.hpp, ex03.hpp, mpt (welford.hpp,
-// norm_math.hpp, batch_norm.hpp, policy.hpp, context.hpp, rounding).
+// norm_math.hpp, batch_norm.hpp, policy.hpp, context.hpp, rounding.hpp).
+// The exercise list, the reference answers (mpt is the oracle: its Welford
+// merge and norm formulas in double, its BatchNorm with FP32 buffers), the
+// error scales and the kit's helpers.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ex03.hpp"

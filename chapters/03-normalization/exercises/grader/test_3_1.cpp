@@ -1,9 +1,10 @@
-// Chapter 03 — exercises: grader tests for exercise 3.1 (the merge of two
-// partial Welford statistics).
+// Chapter 03 — exercises: grader tests for exercise 3.1 (the merge of two partial Welford statistics).
 // Depends on: grader.hpp; mpt::welford_merge in double is the reference.
 // Four test cases: hand-worked merges, empty operands (a detail, one point),
 // halves of mean 1e4 ± 1 (where the order of operations decides), and
 // reduction trees over seeded data against a two-pass sum in double.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>

@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: grader tests for exercise 3.2 (LayerNorm's
-// backward, accumulated in FP32).
+// Chapter 03 — exercises: grader tests for exercise 3.2 (LayerNorm's backward, accumulated in FP32).
 // Depends on: grader.hpp; mpt's norm formulas (norm_math.hpp) in double are
 // the reference.
 // Five test cases: dx on random rows; dgamma and dbeta, sums over rows;

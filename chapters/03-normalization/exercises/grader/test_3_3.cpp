@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: grader tests for exercise 3.3 (diagnose: a
-// BatchNorm's running estimates on fp16 activations).
+// Chapter 03 — exercises: grader tests for exercise 3.3 (diagnose: a BatchNorm's running estimates).
 // Depends on: grader.hpp (the reference: mpt's BatchNorm with FP32
 // parameters and buffers on the same activations, batch after batch).
 // Four test cases, three points each (a diagnose exercise's): one batch

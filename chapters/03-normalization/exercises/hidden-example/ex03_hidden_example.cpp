@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: an EXAMPLE of an instructor's hidden test file
-// (see INSTRUCTORS.md).
+// Chapter 03 — exercises: an EXAMPLE of an instructor's hidden test file (see INSTRUCTORS.md).
 // Depends on: grader.hpp. Real hidden tests live outside the repository, in
 // the folder named by MPT_EX03_HIDDEN_TESTS; this one only proves the
 // mechanism for this chapter in CI and is never shipped.

@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: plausible wrong answers, one classic mistake per
-// exercise.
+// Chapter 03 — exercises: plausible wrong answers, one classic mistake per exercise.
 // Depends on: ex03.hpp, mpt/formats/rounding.hpp (3.3). CI requires some
 // points but not full marks on every exercise: proof that the tests
 // separate close from right.

@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: YOUR FILE: write the functions of exercises 3.1 and 3.2
-// here, and find and fix the bug in the one of exercise 3.3.
+// Chapter 03 — exercises: YOUR FILE: write 3.1 and 3.2 here, and find and fix the bug in 3.3.
 // Depends on: ex03.hpp (the specification), the C++ standard library, and
 // for 3.3's given body mpt/formats/rounding.hpp (mpt::round_value,
 // mpt::format_of) and the Tensor of ex03.hpp.

@@ -1,5 +1,4 @@
-// Chapter 03 — exercises: trivial stub "return a constant", each constant a
-// plausible one.
+// Chapter 03 — exercises: trivial stub "return a constant", each constant a plausible one.
 // Depends on: ex03.hpp. A grader that gave it full marks for any exercise
 // would be broken; CI requires a score below full marks on every exercise.
 #include "ex03.hpp"
