@@ -46,6 +46,8 @@ generate_all() {
   # The tour's progress lines carry timings; they go to stderr, out of the text.
   tour_without_progress() { "$mpt" tour --chapter 3 2>/dev/null; }
 
+  gen_run_with_input op-batch-norm "1 10 2 10 3 10 4 14" "mpt op batch_norm --shape 4x2" \
+    "$mpt" op batch_norm --shape 4x2
   gen_run variance "ch03_numbers variance" "$numbers" variance
   gen_run trace-f16 "mpt trace --model cnn --dtype f16 --batch 2 --forward-only" \
     "$mpt" trace --model cnn --dtype f16 --batch 2 --forward-only
