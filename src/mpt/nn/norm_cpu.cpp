@@ -53,12 +53,6 @@ Welford<float> run_statistics_of(const void* x, bool f16, std::int64_t n, bool a
 #endif
 }
 
-// Ask for `bytes` bytes from p into the cache, one request per 64-byte line.
-void prefetch(const void* p, std::size_t bytes) {
-  const auto* c = static_cast<const char*>(p);
-  for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(c + at);
-}
-
 // y[i] = x̂·γ + β for i in [0, n), the values at position first + i of their
 // run: norm_math::forward's operations on each element.
 void normalize_portable(const float* x, float* y, std::int64_t n, const detail::NormalizeRun& r,
@@ -156,55 +150,71 @@ Tensor forward(const Tensor& x, const Layout& l, AffineAxis axis, const float* w
   const bool x_f16 = x_in_place && xd == DType::f16;
   const bool y_in_place = out == DType::f32 || (avx2 && out == DType::f16);
 
-  std::vector<float> xs(x_in_place ? 0 : static_cast<std::size_t>(l.outer) * inner);  // a channel, widened
-  std::vector<float> ys(y_in_place ? 0 : inner);                                      // a run of y in FP32
+  // One run at a time, in memory order: the hardware prefetchers follow
+  // that, where a BatchNorm channel alone is N stretches of H·W values,
+  // C·H·W apart, which they follow badly (reading x twice in memory order
+  // measured faster than once a channel at a time). So a BatchNorm in
+  // training makes two passes: every run's statistics, merged per channel in
+  // the order of n as norm_math::statistics merges them, then every run's
+  // normalization. A LayerNorm row is a channel of its own: its statistics
+  // and its normalization follow each other, and the second reads the row
+  // from the L1 cache.
+  std::vector<float> xs(x_in_place ? 0 : inner);  // one run, widened
+  std::vector<float> ys(y_in_place ? 0 : inner);  // one run of y in FP32
+  // Run (n, c) where the loops read it: in x itself, or widened into xs as
+  // Tensor::to_f32 widens (exactly, then the scale undone).
   const auto run_x = [&](std::int64_t n, std::int64_t c) -> const void* {
-    if (x_in_place) return x_codes + static_cast<std::size_t>(l.offset(n, c, 0)) * x_bytes;
-    return xs.data() + static_cast<std::size_t>(n) * inner;
-  };
-  for (std::int64_t c = 0; c < l.channels; ++c) {
-    if (!x_in_place) {
-      // Widened as Tensor::to_f32 widens: exactly, then the scale undone.
-      const float inv_scale = scale ? 1.0f / *scale : 1.0f;
-      for (std::int64_t n = 0; n < l.outer; ++n) {
-        float* run = xs.data() + static_cast<std::size_t>(n) * inner;
-        load_from(xd, x_codes + static_cast<std::size_t>(l.offset(n, c, 0)) * x_bytes, run, inner);
-        if (scale)
-          for (std::size_t i = 0; i < inner; ++i) run[i] *= inv_scale;
-      }
+    const unsigned char* codes = x_codes + static_cast<std::size_t>(l.offset(n, c, 0)) * x_bytes;
+    if (x_in_place) return codes;
+    load_from(xd, codes, xs.data(), inner);
+    if (scale) {
+      const float inv_scale = 1.0f / *scale;
+      for (float& v : xs) v *= inv_scale;
     }
-    if (stats) {
+    return xs.data();
+  };
+  const bool two_passes = stats && l.outer > 1;
+  if (two_passes) {
+    std::vector<Welford<float>> runs(static_cast<std::size_t>(l.outer * l.channels));
+    for (std::int64_t n = 0; n < l.outer; ++n)
+      for (std::int64_t c = 0; c < l.channels; ++c)
+        runs[static_cast<std::size_t>(n * l.channels + c)] =
+            run_statistics_of(run_x(n, c), x_f16, l.inner, avx2);
+    for (std::int64_t c = 0; c < l.channels; ++c) {
       Welford<float> total;
-      for (std::int64_t n = 0; n < l.outer; ++n) {
-        // A BatchNorm channel's runs lie C·H·W apart: ask for the next one
-        // while this one is summed (a hardware prefetcher would only notice
-        // it a few cache lines in).
-        if (x_in_place && n + 1 < l.outer) prefetch(run_x(n + 1, c), inner * x_bytes);
-        total = welford_merge(total, run_statistics_of(run_x(n, c), x_f16, l.inner, avx2));
-      }
+      for (std::int64_t n = 0; n < l.outer; ++n)
+        total = welford_merge(total, runs[static_cast<std::size_t>(n * l.channels + c)]);
       stats[c] = total;
       norm_math::mean_invstd(&stats[c], 1, eps, &mean[c], &invstd[c]);
     }
-    detail::NormalizeRun r;
-    r.mean = mean[c];
-    r.invstd = invstd[c];
-    if (axis == AffineAxis::channel) {
-      r.weight_all = weight ? weight[c] : 1.0f;
-      r.bias_all = bias ? bias[c] : 0.0f;
-    } else {
-      r.weight = weight;
-      r.bias = bias;
-    }
-    for (std::int64_t n = 0; n < l.outer; ++n) {
+  }
+  for (std::int64_t n = 0; n < l.outer; ++n)
+    for (std::int64_t c = 0; c < l.channels; ++c) {
+      const void* src = run_x(n, c);
+      if (stats && !two_passes) {
+        // One run per channel: norm_math::statistics' merge of it into the
+        // empty set is the run itself.
+        stats[c] = run_statistics_of(src, x_f16, l.inner, avx2);
+        norm_math::mean_invstd(&stats[c], 1, eps, &mean[c], &invstd[c]);
+      }
+      detail::NormalizeRun r;
+      r.mean = mean[c];
+      r.invstd = invstd[c];
+      if (axis == AffineAxis::channel) {
+        r.weight_all = weight ? weight[c] : 1.0f;
+        r.bias_all = bias ? bias[c] : 0.0f;
+      } else {
+        r.weight = weight;
+        r.bias = bias;
+      }
       const auto at = static_cast<std::size_t>(l.offset(n, c, 0));
-      normalize_into(run_x(n, c), x_f16, l.inner, r, avx2, out,
+      normalize_into(src, x_f16, l.inner, r, avx2, out,
                      y_f32        ? static_cast<void*>(y_f32 + at)
                      : y_in_place ? static_cast<void*>(y_codes + at * y_bytes)
                                   : nullptr,
                      ys.data());
       if (!y_in_place) store_as(out, ys.data(), y_codes + at * y_bytes, inner);
     }
-  }
   return y;
 }
 

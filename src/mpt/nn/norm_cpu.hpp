@@ -1,20 +1,23 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the CPU forward
-// both layers run, one channel at a time.
+// both layers run, one run of values at a time.
 // Depends on: tensor.hpp (core), rounding.hpp (Implementation), norm_math.hpp
 // and welford.hpp (the formulas it runs).
 //
 // norm_math::statistics, mean_invstd and forward describe the forward over
 // a whole tensor. Run literally, that is an FP32 copy of x, a pass for the
-// statistics, a pass for y in FP32 and one more to round it: four times the
-// memory traffic the norm needs. forward() below computes the same values
-// channel by channel instead — a BatchNorm channel's N runs of H·W values, or
-// one LayerNorm row: it widens the channel's runs into an FP32 scratch that
-// stays in cache, takes their statistics, normalizes them and rounds them
-// into the output, so x is read from memory once and y written once. Every
-// value is bit for bit the whole-tensor formulas' on the widened input,
-// rounded once: the runs' statistics in run_statistics' order, the same
+// statistics, a pass for y in FP32 and one more to round it: four passes over
+// memory where the norm needs x read and y written. forward() below computes
+// the same values one (n, c) run at a time, in memory order: each run widened
+// (or read in place), its statistics taken, and then normalized and rounded
+// straight into y. A LayerNorm row is its own channel, so its normalization
+// follows its statistics while the row is in the L1 cache; a BatchNorm in
+// training takes every run's statistics first, merges them per channel, and
+// then normalizes, reading x a second time. Every value is bit for bit the
+// whole-tensor formulas' on the widened input, rounded once: the runs'
+// statistics in run_statistics' order, merged over n in order, the same
 // per-element operations. With AVX2 the 8 lanes of run_statistics run as one
-// 8-wide vector (norm_cpu_avx2.cpp); the bits are the same.
+// 8-wide vector and the normalization 8 values at a time, reading and
+// writing fp16 codes in place (norm_cpu_avx2.cpp); the bits are the same.
 #pragma once
 
 #include <cstdint>

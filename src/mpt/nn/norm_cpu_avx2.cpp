@@ -67,9 +67,10 @@ struct LoadF16 {
     return any_nan(v) ? canonical_nan(v) : v;
   }
 };
-/// Eight fp16 codes widened, NaN payloads kept: for a result that is
-/// rounded to fp16 again, where every NaN becomes canonical anyway (the
-/// operations carry a NaN's sign through unchanged).
+/// Eight fp16 codes widened, NaN payloads kept (F16C alone): where the
+/// payload cannot show — in y rounded to fp16 again, where every NaN becomes
+/// canonical (the operations carry a NaN's sign through unchanged), and in
+/// statistics that are read again when a NaN turns up.
 struct LoadF16Raw {
   __m256 operator()(const std::uint16_t* p) const {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -100,14 +101,19 @@ struct StoreF32 {
 };
 
 template <class In, class Load>
-void lane_statistics(const In* x, std::int64_t blocks, Welford<float>* lanes, Load load) {
+Welford<Lanes> lane_statistics(const In* x, std::int64_t blocks, Load load) {
   Welford<Lanes> acc;
   for (std::int64_t b = 0; b < blocks; ++b) {
     const In* p = x + b * norm_math::kRunBlock;
     // Vector t holds x[64·b + 8·t + k] in lane k: lane k's t-th value.
-    acc = welford_merge(acc, norm_math::lane_block_statistics<Lanes>(
-                                 [p, load](int t) { return Lanes(load(p + t * norm_math::kRunLanes)); }));
+    acc = welford_merge(acc, norm_math::lane_block_statistics<Lanes>([p, load](std::int64_t t) {
+                          return Lanes(load(p + t * norm_math::kRunLanes));
+                        }));
   }
+  return acc;
+}
+
+void store_lanes(const Welford<Lanes>& acc, Welford<float>* lanes) {
   alignas(32) float mean[norm_math::kRunLanes], m2[norm_math::kRunLanes];
   _mm256_store_ps(mean, acc.mean.v);
   _mm256_store_ps(m2, acc.m2.v);
@@ -152,11 +158,18 @@ std::int64_t normalize(const In* x, Out* y, std::int64_t n, const NormalizeRun& 
 }  // namespace
 
 void run_lane_statistics_avx2(const float* x, std::int64_t blocks, Welford<float>* lanes) {
-  lane_statistics(x, blocks, lanes, LoadF32{});
+  store_lanes(lane_statistics(x, blocks, LoadF32{}), lanes);
 }
 
 void run_lane_statistics_avx2(const std::uint16_t* x, std::int64_t blocks, Welford<float>* lanes) {
-  lane_statistics(x, blocks, lanes, LoadF16{});
+  // A NaN read from x stays in its lane's mean to the end, and nothing else
+  // in the result depends on which NaN it was. So the loop reads with F16C
+  // alone, and only a run that ends with a NaN lane is read again with
+  // every NaN made canonical, as decode() gives it: its bits then are the
+  // portable loop's too.
+  Welford<Lanes> acc = lane_statistics(x, blocks, LoadF16Raw{});
+  if (any_nan(acc.mean.v) || any_nan(acc.m2.v)) acc = lane_statistics(x, blocks, LoadF16{});
+  store_lanes(acc, lanes);
 }
 
 std::int64_t normalize_run_avx2(const float* x, float* y, std::int64_t n, const NormalizeRun& r) {

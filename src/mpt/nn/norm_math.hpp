@@ -27,10 +27,10 @@
 // other. In exact arithmetic every order gives the same mean and M2; in
 // floating point the order is part of the result, so it is written once,
 // here, for the layers, their AVX2 path and the double-precision tests
-// alike. Welford's update on every value costs a division each, which bounds
-// a CPU core at about one value per division's throughput; the tree is what
-// lets the statistics keep up with memory. (PyTorch's CPU kernels, too,
-// take a row in SIMD lanes and merge partial Welford results:
+// alike. Welford's update on every value costs a division each, the slowest
+// operation of a CPU core's vector units, which then sets the speed of the
+// statistics; the tree leaves one division per 64 values. (PyTorch's CPU
+// kernels, too, take a row in SIMD lanes and merge partial Welford results:
 // aten/src/ATen/native/cpu/moments_utils.h.)
 //
 // Backward with batch statistics, M values per channel and g = γ·dy:
@@ -166,7 +166,8 @@ void run_lane_statistics(const T* x, std::int64_t blocks, Welford<T>* lanes) {
   for (std::int64_t b = 0; b < blocks; ++b)
     for (int k = 0; k < kRunLanes; ++k) {
       const T* p = x + b * kRunBlock + k;
-      lanes[k] = welford_merge(lanes[k], lane_block_statistics<T>([p](int t) { return p[t * kRunLanes]; }));
+      lanes[k] =
+          welford_merge(lanes[k], lane_block_statistics<T>([p](std::int64_t t) { return p[t * kRunLanes]; }));
     }
 }
 
