@@ -480,7 +480,7 @@ int main(int argc, char** argv) {
     if (tn <= 0) {
       std::printf("%-9s %-16s %9.3f %12s %13s %7s  %s\n", k->norm.c_str(),
                   mpt::shape_string(k->shape).c_str(), t, "-", "-", "<=1.30x",
-                  "no F16C here: baseline not run");
+                  "baseline not run (no F16C, or filtered out)");
       continue;
     }
     std::printf("%-9s %-16s %9.3f %12.3f %12.2fx %7s  %s\n", k->norm.c_str(),

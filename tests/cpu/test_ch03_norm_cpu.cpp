@@ -340,6 +340,16 @@ TEST_CASE("an fp16 NaN with a payload is read as the canonical quiet NaN, as Ten
       CHECK(bits(st[0].m2) == bits(ref.stats[0].m2));
       // Every code of y, NaNs included, as the formulas and from_f32 give it.
       CHECK(std::memcmp(y.raw(), ref.y.raw(), y.bytes()) == 0);
+      // With given (finite) statistics, as BatchNorm's eval mode, the NaN x
+      // gives one NaN y among finite ones: canonical too.
+      const VecF gm{0.5f, 1.0f}, gi{2.0f, 0.5f};
+      VecF m2 = gm, i2 = gi;
+      const Whole ref_given = whole(x, l, AffineAxis::inner, nullptr, nullptr, 1e-5f, out, &gm, &gi);
+      const Tensor yg = norm_cpu::forward(x, l, AffineAxis::inner, nullptr, nullptr, 1e-5f, out, nullptr,
+                                          m2.data(), i2.data(), impl);
+      CHECK(std::isnan(yg.value(77)));
+      CHECK(std::isfinite(yg.value(76)));
+      CHECK(std::memcmp(yg.raw(), ref_given.y.raw(), yg.bytes()) == 0);
     }
 }
 
@@ -372,7 +382,7 @@ TEST_CASE("BatchNorm and LayerNorm with long runs: FP64 two-pass references and 
     BatchNorm bn(4);
     bn.apply_policy(*f16);
     Context ctx(f16);
-    const VecF xv = to_float(normals(3 * 4 * 130, 5.0, 2.0, 50));
+    const VecF xv = to_float(normals(std::size_t{3} * 4 * 130, 5.0, 2.0, 50));
     const Tensor x = tensor(xv, {3, 4, 10, 13}, DType::f16);
     const Tensor y = bn.forward(x, ctx);
     const VecF xw = widened(x), yv = widened(y);

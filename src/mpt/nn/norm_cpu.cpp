@@ -5,6 +5,7 @@
 // store_as: the rounding every Tensor write goes through).
 #include "mpt/nn/norm_cpu.hpp"
 
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -200,6 +201,9 @@ Tensor forward(const Tensor& x, const Layout& l, AffineAxis axis, const float* w
       detail::NormalizeRun r;
       r.mean = mean[c];
       r.invstd = invstd[c];
+      // A NaN in x makes its channel's batch statistics NaN: with finite
+      // ones from x, no y of the run is a NaN with a payload.
+      r.nan_payloads = !(stats && std::isfinite(r.mean) && std::isfinite(r.invstd));
       if (axis == AffineAxis::channel) {
         r.weight_all = weight ? weight[c] : 1.0f;
         r.bias_all = bias ? bias[c] : 0.0f;

@@ -74,6 +74,12 @@ struct NormalizeRun {
   const float* weight = nullptr;  ///< γ of each position of the run, or nullptr: weight_all
   const float* bias = nullptr;    ///< β of each position of the run, or nullptr: bias_all
   float weight_all = 1, bias_all = 0;
+  /// Whether a y may be a NaN with a payload, which fp16 output must make
+  /// canonical (checked 8 values at a time). Such a NaN can only come from
+  /// an x that is one; false is for a run whose mean and invstd are finite
+  /// and came from statistics that include that run, so that no x of it is
+  /// NaN.
+  bool nan_payloads = true;
 };
 
 /// y[i] = scale_shift(normalize(x[i], mean, invstd), γ, β) for i in

@@ -96,6 +96,15 @@ struct StoreF16 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
   }
 };
+/// Eight floats rounded to fp16 (RNE) by F16C alone: encode()'s bits for
+/// every value but a NaN with a payload (a NaN without one, such as the
+/// default NaN an invalid operation gives, converts to the canonical code).
+struct StoreF16Plain {
+  void operator()(std::uint16_t* p, __m256 v) const {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
 struct StoreF32 {
   void operator()(float* p, __m256 v) const { _mm256_storeu_ps(p, v); }
 };
@@ -176,6 +185,7 @@ std::int64_t normalize_run_avx2(const float* x, float* y, std::int64_t n, const 
   return normalize(x, y, n, r, LoadF32{}, StoreF32{});
 }
 std::int64_t normalize_run_avx2(const float* x, std::uint16_t* y, std::int64_t n, const NormalizeRun& r) {
+  if (!r.nan_payloads) return normalize(x, y, n, r, LoadF32{}, StoreF16Plain{});
   return normalize(x, y, n, r, LoadF32{}, StoreF16{});
 }
 std::int64_t normalize_run_avx2(const std::uint16_t* x, float* y, std::int64_t n, const NormalizeRun& r) {
@@ -183,6 +193,7 @@ std::int64_t normalize_run_avx2(const std::uint16_t* x, float* y, std::int64_t n
 }
 std::int64_t normalize_run_avx2(const std::uint16_t* x, std::uint16_t* y, std::int64_t n,
                                 const NormalizeRun& r) {
+  if (!r.nan_payloads) return normalize(x, y, n, r, LoadF16Raw{}, StoreF16Plain{});
   return normalize(x, y, n, r, LoadF16Raw{}, StoreF16{});
 }
 
