@@ -1,6 +1,7 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the BatchNorm layer.
-// Depends on: batch_norm.hpp, norm_math.hpp, welford.hpp; Chapter 1's
-// rounding (gradients rounded into the parameters' dtype).
+// Depends on: batch_norm.hpp, norm_cpu.hpp (the forward, one channel at a
+// time), norm_math.hpp, welford.hpp; Chapter 1's rounding (gradients
+// rounded into the parameters' dtype).
 #include "mpt/nn/batch_norm.hpp"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "mpt/formats/rounding.hpp"
+#include "mpt/nn/norm_cpu.hpp"
 #include "mpt/nn/norm_math.hpp"
 #include "mpt/nn/welford.hpp"
 
@@ -154,18 +156,25 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   op_ = ctx.decide("batch_norm", path(), inputs);
   require_f32_compute(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
-  const std::vector<float> xf = widened(x_);
   const std::size_t nc = static_cast<std::size_t>(num_features_);
   const auto eps = static_cast<float>(options_.eps);
-  std::vector<float> mean(nc), invstd(nc);
+  std::vector<float> mean(nc), invstd(nc), w, b;
+  if (options_.affine) {
+    w = widened(weight.weights());
+    b = widened(bias.weights());
+  }
+  const float* wp = options_.affine ? w.data() : nullptr;
+  const float* bp = options_.affine ? b.data() : nullptr;
   skipped_ = false;
   bool updated = false;
   used_batch_stats_ = batch;
+  Tensor out;
   if (batch) {
-    // FP32 Welford statistics, whatever dtype x is stored in.
+    // FP32 Welford statistics, whatever dtype x is stored in, and y from
+    // them: norm_math's formulas, one channel at a time (norm_cpu.hpp).
     std::vector<Welford<float>> stats(nc);
-    norm_math::statistics(xf.data(), l, stats.data());
-    norm_math::mean_invstd(stats.data(), l.channels, eps, mean.data(), invstd.data());
+    out = norm_cpu::forward(x_, l, norm_math::AffineAxis::channel, wp, bp, eps, op_.output, stats.data(),
+                            mean.data(), invstd.data());
     batch_mean_ = f32_tensor(mean);
     batch_invstd_ = f32_tensor(invstd);
     used_mean_ = batch_mean_;
@@ -191,16 +200,9 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
     for (std::size_t k = 0; k < nc; ++k) invstd[k] = norm_math::inverse_std(var[k], eps);
     used_mean_ = f32_tensor(mean);
     used_invstd_ = f32_tensor(invstd);
+    out = norm_cpu::forward(x_, l, norm_math::AffineAxis::channel, wp, bp, eps, op_.output, nullptr,
+                            mean.data(), invstd.data());
   }
-  std::vector<float> w, b;
-  if (options_.affine) {
-    w = widened(weight.weights());
-    b = widened(bias.weights());
-  }
-  std::vector<float> y(xf.size());
-  norm_math::forward(xf.data(), l, mean.data(), invstd.data(), options_.affine ? w.data() : nullptr,
-                     options_.affine ? b.data() : nullptr, norm_math::AffineAxis::channel, y.data());
-  Tensor out = Tensor::from_f32(y.data(), x.shape(), op_.output);
   if (ctx.tracing()) {
     TraceEntry e{Phase::forward, path(), "batch_norm", {traced("x", x_)}, op_.compute, {traced("y", out)}};
     if (options_.affine) {

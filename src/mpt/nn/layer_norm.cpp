@@ -1,6 +1,7 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the LayerNorm layer.
-// Depends on: layer_norm.hpp, norm_math.hpp, welford.hpp; Chapter 1's
-// rounding (gradients rounded into the parameters' dtype).
+// Depends on: layer_norm.hpp, norm_cpu.hpp (the forward, one row at a
+// time), norm_math.hpp, welford.hpp; Chapter 1's rounding (gradients
+// rounded into the parameters' dtype).
 #include "mpt/nn/layer_norm.hpp"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "mpt/formats/rounding.hpp"
+#include "mpt/nn/norm_cpu.hpp"
 #include "mpt/nn/norm_math.hpp"
 #include "mpt/nn/welford.hpp"
 
@@ -102,23 +104,20 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Context& ctx) {
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const std::int64_t d = numel(normalized_shape_), rows = x.numel() / d;
   const norm_math::Layout l{1, rows, d};
-  const std::vector<float> xf = widened(x_);
-  // FP32 Welford statistics per row, whatever dtype x is stored in.
-  std::vector<Welford<float>> stats(static_cast<std::size_t>(rows));
-  std::vector<float> mean(stats.size()), rstd(stats.size());
-  norm_math::statistics(xf.data(), l, stats.data());
-  norm_math::mean_invstd(stats.data(), rows, static_cast<float>(options_.eps), mean.data(), rstd.data());
-  mean_ = Tensor::from_f32(mean.data(), {rows}, DType::f32);
-  rstd_ = Tensor::from_f32(rstd.data(), {rows}, DType::f32);
   std::vector<float> w, b;
   if (affine) {
     w = widened(weight.weights());
     b = widened(bias.weights());
   }
-  std::vector<float> y(xf.size());
-  norm_math::forward(xf.data(), l, mean.data(), rstd.data(), affine ? w.data() : nullptr,
-                     affine ? b.data() : nullptr, norm_math::AffineAxis::inner, y.data());
-  Tensor out = Tensor::from_f32(y.data(), x.shape(), op_.output);
+  // FP32 Welford statistics per row, whatever dtype x is stored in, and y
+  // from them: norm_math's formulas, one row at a time (norm_cpu.hpp).
+  std::vector<Welford<float>> stats(static_cast<std::size_t>(rows));
+  std::vector<float> mean(stats.size()), rstd(stats.size());
+  Tensor out = norm_cpu::forward(x_, l, norm_math::AffineAxis::inner, affine ? w.data() : nullptr,
+                                 affine ? b.data() : nullptr, static_cast<float>(options_.eps), op_.output,
+                                 stats.data(), mean.data(), rstd.data());
+  mean_ = Tensor::from_f32(mean.data(), {rows}, DType::f32);
+  rstd_ = Tensor::from_f32(rstd.data(), {rows}, DType::f32);
   if (ctx.tracing()) {
     TraceEntry e{Phase::forward, path(),
                  "layer_norm",   {traced("x", x_)},

@@ -15,6 +15,24 @@
 // Forward: mean and biased variance by Welford (welford.hpp), then
 // x̂ = (x − mean)·invstd with invstd = 1/√(var + eps) (eps inside the square
 // root, as torch.nn.BatchNorm and torch.nn.LayerNorm), y = x̂·γ + β.
+//
+// The statistics of one (n, c) run of `inner` values follow a fixed order,
+// the one the vectorized CPU path takes (run_statistics): 8 lanes, value i
+// of each block of 64 going to lane i mod 8; a lane's 8 values of a block
+// combined by a fixed tree of Welford updates and Chan merges whose
+// divisions are all by constants (a compiler folds them: no division per
+// value); each block merged into its lane (one division per 64 values); the
+// lanes merged pairwise; the last (inner mod 64) values added one at a
+// time. A run shorter than 64 is Welford's update, one value after the
+// other. In exact arithmetic every order gives the same mean and M2; in
+// floating point the order is part of the result, so it is written once,
+// here, for the layers, their AVX2 path and the double-precision tests
+// alike. Welford's update on every value costs a division each, the slowest
+// operation of a CPU core's vector units, which then sets the speed of the
+// statistics; the tree leaves one division per 64 values. (PyTorch's CPU
+// kernels, too, take a row in SIMD lanes and merge partial Welford results:
+// aten/src/ATen/native/cpu/moments_utils.h.)
+//
 // Backward with batch statistics, M values per channel and g = γ·dy:
 //
 //   dx = invstd/M · (M·g − Σg − x̂·Σ(g·x̂)),   dγ = Σ dy·x̂,   dβ = Σ dy,
@@ -112,19 +130,79 @@ MPT_HD inline T input_grad_fixed(T g, T invstd) {
 
 // --- whole tensors (host) ----------------------------------------------------------
 
+/// Lanes of run_statistics: the 8 floats of an AVX2 register.
+inline constexpr int kRunLanes = 8;
+/// Values one lane takes from each block of run_statistics.
+inline constexpr int kLaneBlock = 8;
+/// Values of one block: kRunLanes · kLaneBlock = 64.
+inline constexpr std::int64_t kRunBlock = std::int64_t{kRunLanes} * kLaneBlock;
+
+/// The statistics of the 8 values value(0), …, value(7), in a fixed tree:
+/// Welford's update on the pairs (0, 1), (2, 3), (4, 5), (6, 7), then Chan's
+/// merge of the pairs and of the two quads. Every division is by a constant
+/// (δ/1 and δ/2 in the updates, the merge factors 2/4 and 4/8), and exact.
+/// T may be a SIMD type holding one value per lane (the AVX2 path runs this
+/// very function on 8 lanes at once).
+template <class T, class Value>
+inline Welford<T> lane_block_statistics(const Value& value) {
+  Welford<T> p0, p1, p2, p3;
+  welford_add(p0, value(0));
+  welford_add(p0, value(1));
+  welford_add(p1, value(2));
+  welford_add(p1, value(3));
+  welford_add(p2, value(4));
+  welford_add(p2, value(5));
+  welford_add(p3, value(6));
+  welford_add(p3, value(7));
+  return welford_merge(welford_merge(p0, p1), welford_merge(p2, p3));
+}
+
+/// The lanes' part of run_statistics over the first `blocks` blocks of x:
+/// lane k takes x[64·b + 8·t + k], t = 0..7, of every block b, as one
+/// lane_block_statistics merged into lanes[k] after the blocks before it.
+/// lanes has kRunLanes entries and is added to.
+template <class T>
+void run_lane_statistics(const T* x, std::int64_t blocks, Welford<T>* lanes) {
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (int k = 0; k < kRunLanes; ++k) {
+      const T* p = x + b * kRunBlock + k;
+      lanes[k] =
+          welford_merge(lanes[k], lane_block_statistics<T>([p](std::int64_t t) { return p[t * kRunLanes]; }));
+    }
+}
+
+/// The rest of run_statistics once the lanes hold a run's full blocks: the
+/// lanes merged pairwise, ((0 1)(2 3))((4 5)(6 7)), then the `count` values
+/// after the blocks, rest[0..count), added one at a time.
+template <class T>
+Welford<T> run_statistics_finish(const Welford<T>* lanes, const T* rest, std::int64_t count) {
+  Welford<T> s =
+      welford_merge(welford_merge(welford_merge(lanes[0], lanes[1]), welford_merge(lanes[2], lanes[3])),
+                    welford_merge(welford_merge(lanes[4], lanes[5]), welford_merge(lanes[6], lanes[7])));
+  for (std::int64_t i = 0; i < count; ++i) welford_add(s, rest[i]);
+  return s;
+}
+
+/// The Welford statistics of one run x[0..n), in the order described at the
+/// top of this file: its full blocks of 64 in 8 lanes
+/// (run_lane_statistics), then run_statistics_finish.
+template <class T>
+Welford<T> run_statistics(const T* x, std::int64_t n) {
+  Welford<T> lanes[kRunLanes];
+  const std::int64_t blocks = n / kRunBlock;
+  run_lane_statistics(x, blocks, lanes);
+  return run_statistics_finish(lanes, x + blocks * kRunBlock, n - blocks * kRunBlock);
+}
+
 /// The Welford statistics of every channel: each (n, c) run of `inner`
-/// values is added one at a time, the runs merged over n (Chan et al.), the
-/// shape of a parallel reduction. stats has l.channels entries.
+/// values by run_statistics, the runs merged over n in order (Chan et al.),
+/// the shape of a parallel reduction. stats has l.channels entries.
 template <class T>
 void statistics(const T* x, const Layout& l, Welford<T>* stats) {
   for (std::int64_t c = 0; c < l.channels; ++c) {
     Welford<T> total;
-    for (std::int64_t n = 0; n < l.outer; ++n) {
-      Welford<T> run;
-      const T* p = x + l.offset(n, c, 0);
-      for (std::int64_t i = 0; i < l.inner; ++i) welford_add(run, p[i]);
-      total = welford_merge(total, run);
-    }
+    for (std::int64_t n = 0; n < l.outer; ++n)
+      total = welford_merge(total, run_statistics(x + l.offset(n, c, 0), l.inner));
     stats[c] = total;
   }
 }
