@@ -70,10 +70,12 @@ void run_lane_statistics_avx2(const std::uint16_t* x, std::int64_t blocks, Welfo
 
 /// One run's normalization: its channel's statistics and its weights.
 struct NormalizeRun {
-  float mean = 0, invstd = 1;
+  float mean = 0;                 ///< the channel's (or row's) mean
+  float invstd = 1;               ///< 1/√(var + eps)
   const float* weight = nullptr;  ///< γ of each position of the run, or nullptr: weight_all
   const float* bias = nullptr;    ///< β of each position of the run, or nullptr: bias_all
-  float weight_all = 1, bias_all = 0;
+  float weight_all = 1;           ///< γ of every position when weight is nullptr
+  float bias_all = 0;             ///< β of every position when bias is nullptr
   /// Whether a y may be a NaN with a payload, which fp16 output must make
   /// canonical (checked 8 values at a time). Such a NaN can only come from
   /// an x that is one; false is for a run whose mean and invstd are finite
@@ -85,8 +87,11 @@ struct NormalizeRun {
 /// y[i] = scale_shift(normalize(x[i], mean, invstd), γ, β) for i in
 /// [0, n − n mod 8); returns that count (the caller does the rest).
 std::int64_t normalize_run_avx2(const float* x, float* y, std::int64_t n, const NormalizeRun& r);
+/// The same, f32 values in, fp16 codes out.
 std::int64_t normalize_run_avx2(const float* x, std::uint16_t* y, std::int64_t n, const NormalizeRun& r);
+/// The same, fp16 codes in, f32 values out.
 std::int64_t normalize_run_avx2(const std::uint16_t* x, float* y, std::int64_t n, const NormalizeRun& r);
+/// The same, fp16 codes in and out.
 std::int64_t normalize_run_avx2(const std::uint16_t* x, std::uint16_t* y, std::int64_t n,
                                 const NormalizeRun& r);
 
