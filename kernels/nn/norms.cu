@@ -549,6 +549,13 @@ void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t
   const char* where = "batch_norm_backward";
   checked_numel(outer, channels, inner, where);
   if (channels == 0) return;
+  if (outer == 0 || inner == 0) {
+    // Channels without values: their sums are 0, and there is no dx.
+    const auto bytes = static_cast<std::size_t>(channels) * sizeof(float);
+    if (d_dweight != nullptr) check(cudaMemsetAsync(d_dweight, 0, bytes), where);
+    if (d_dbias != nullptr) check(cudaMemsetAsync(d_dbias, 0, bytes), where);
+    return;
+  }
   require(d_x != nullptr && d_dy != nullptr && d_mean != nullptr && d_invstd != nullptr, where,
           "x, dy, mean and invstd must be device pointers, not nullptr");
   batch_norm_backward_kernel<X, P><<<channel_blocks(channels, where), kThreads>>>(

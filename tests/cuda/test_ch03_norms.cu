@@ -969,6 +969,55 @@ TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") 
   worst.print("small cases");
 }
 
+TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, with the same bits") {
+  std::mt19937_64 rng(mpt::test::test_seed() + 7);
+  const std::int64_t rows = 12, cols = 40;  // BatchNorm [4, 3, 40]; LayerNorm [12, 40]
+  const auto n = static_cast<std::size_t>(rows * cols);
+  const VecF xv = normal_values(n, 0.5f, 1.5f, rng), dyv = normal_values(n, 0.0f, 1.0f, rng);
+  std::vector<Fp16Code> xc(n), dyc(n);
+  mpt::store_as(DType::f16, xv.data(), xc.data(), n);
+  mpt::store_as(DType::f16, dyv.data(), dyc.data(), n);
+  DeviceArray<Fp16Code> d_x(xc), d_dy(dyc);
+  DeviceArray<float> d_mean(normal_values(static_cast<std::size_t>(rows), 0.5f, 0.1f, rng));
+  DeviceArray<float> d_inv(normal_values(static_cast<std::size_t>(rows), 0.7f, 0.1f, rng));
+  DeviceArray<float> d_w(normal_values(static_cast<std::size_t>(cols), 1.0f, 0.5f, rng));
+  float* none = nullptr;
+  Fp16Code* no_dx = nullptr;
+  struct Outputs {
+    std::vector<Fp16Code> dx;
+    VecF dw, db;
+  };
+  auto run = [&](bool layer, bool dx, bool sums) {
+    const auto na = static_cast<std::size_t>(layer ? cols : 3);
+    DeviceArray<Fp16Code> o_dx(n);
+    DeviceArray<float> o_dw(na), o_db(na);
+    o_dx.poison();
+    o_dw.poison();
+    o_db.poison();
+    if (layer)
+      mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
+                                     dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
+                                     sums ? o_db.get() : none);
+    else
+      mpt::cuda::batch_norm_backward(4, 3, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
+                                     true, dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
+                                     sums ? o_db.get() : none);
+    return Outputs{o_dx.download(), o_dw.download(), o_db.download()};
+  };
+  for (bool layer : {false, true}) {
+    CAPTURE(layer);
+    const Outputs all = run(layer, true, true), dx_only = run(layer, true, false),
+                  sums_only = run(layer, false, true);
+    CHECK(mpt::test::code_bits(dx_only.dx) == mpt::test::code_bits(all.dx));
+    for (std::size_t i = 0; i < all.dw.size(); ++i) {
+      CHECK(bits(sums_only.dw[i]) == bits(all.dw[i]));
+      CHECK(bits(sums_only.db[i]) == bits(all.db[i]));
+      CHECK(bits(dx_only.dw[i]) == 0xffffffffu);  // not asked for: still the poison
+    }
+    CHECK(mpt::test::code_bits(sums_only.dx[0]) == 0xffffu);
+  }
+}
+
 TEST_CASE("norm kernels: empty sizes write nothing, bad arguments throw before any launch") {
   using mpt::cuda::batch_norm_backward;
   using mpt::cuda::batch_norm_forward_eval;
@@ -981,6 +1030,8 @@ TEST_CASE("norm kernels: empty sizes write nothing, bad arguments throw before a
   float* out_none = nullptr;
   p.poison();
   y.poison();
+  r.poison(mpt::test::kPoisonFinite);
+  s.poison(mpt::test::kPoisonFinite);
   // No channels, no rows: nothing to do, nothing written.
   CHECK_NOTHROW(batch_norm_forward_train(4, 0, 3, x.get(), none, none, out_none, out_none, 0.1f, kEps,
                                          y.get(), p.get(), q.get()));
@@ -990,6 +1041,14 @@ TEST_CASE("norm kernels: empty sizes write nothing, bad arguments throw before a
       layer_norm_backward(0, 5, x.get(), x.get(), p.get(), q.get(), none, y.get(), out_none, out_none));
   CHECK(bits(p.download()[0]) == 0xffffffffu);
   CHECK(mpt::test::code_bits(y.download()[0]) == 0xffffu);
+  // Channels without values: Σdy and Σdy·x̂ over nothing are 0.
+  CHECK_NOTHROW(batch_norm_backward(0, 3, 5, x.get(), x.get(), p.get(), p.get(), none, true, y.get(), r.get(),
+                                    s.get()));
+  for (const DeviceArray<float>* a : {&r, &s}) {
+    const std::vector<float> v = a->download();
+    CHECK((v[0] == 0.0f && v[1] == 0.0f && v[2] == 0.0f &&
+           bits(v[3]) == bits(mpt::test::poison_value<float>(0x5A))));
+  }
 
   // Sizes and values: std::invalid_argument, naming what was wrong.
   auto train = [&](std::int64_t outer, std::int64_t channels, std::int64_t inner, float momentum, float eps) {
