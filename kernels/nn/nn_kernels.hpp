@@ -72,8 +72,11 @@ void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, con
 // Sizes and offsets are 64-bit throughout. A size < 0, a null pointer that
 // is required, or an eps or momentum out of range throws
 // std::invalid_argument before any launch; more channels (or row blocks)
-// than a grid holds throws std::length_error. Every launch is checked, and
-// everything is queued on the default stream (no host synchronisation).
+// than a grid holds, or more elements than 64-bit offsets hold, throws
+// std::length_error. Every launch is checked, and everything is queued on
+// the default stream (no host synchronisation). Template arguments are
+// deduced from the pointers: where every pointer of one type is nullptr,
+// name the types (batch_norm_forward_eval<Fp16Code, float>(...)).
 //
 // Element-wise steps (x̂, y, dx) are the CPU layer's float operations in the
 // same order, with no contraction into FMAs (norms.cu is compiled with
