@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
 
   const std::vector<Shape> bn_shapes =
       small ? std::vector<Shape>{{"BatchNorm2d [4, 8, 7, 7]", 4, 8, 49}, {"BatchNorm1d [64, 16]", 64, 16, 1}}
-            : std::vector<Shape>{{"BatchNorm2d [32, 64, 56, 56]", 32, 64, 56 * 56},
+            : std::vector<Shape>{{"BatchNorm2d [32, 64, 56, 56]", 32, 64, std::int64_t{56} * 56},
                                  {"BatchNorm2d [32, 512, 7, 7]", 32, 512, 49},
                                  {"BatchNorm1d [4096, 1024]", 4096, 1024, 1}};
   const std::vector<Shape> ln_shapes = small ? std::vector<Shape>{{"LayerNorm [33, 40]", 1, 33, 40}}
