@@ -69,8 +69,10 @@ void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, con
 // inner) layout: element (n, c, i) at (n·channels + c)·inner + i.
 //   BatchNorm on [N, C], [N, C, L], [N, C, H, W]: outer N, channels C, inner 1, L or H·W
 //   LayerNorm on [rows, cols]: one row per normalized set of cols values
-// Sizes and offsets are 64-bit throughout. A size < 0, a null pointer that
-// is required, or an eps or momentum out of range throws
+// No two arrays may overlap (the kernels declare every pointer __restrict__;
+// the running estimates are updated in place, in their own arrays). Sizes
+// and offsets are 64-bit throughout. A size < 0, a null pointer that is
+// required, or an eps or momentum out of range throws
 // std::invalid_argument before any launch; more channels (or row blocks)
 // than a grid holds, or more elements than 64-bit offsets hold, throws
 // std::length_error. Every launch is checked, and everything is queued on
