@@ -111,6 +111,8 @@ else
     "racecheck test_ch01_range_report_cuda *hand-counted*"
     "racecheck test_ch02_gemm_cuda *MLP*"
     "racecheck test_ch02_scaler_cuda *whole GradScaler*"
+    "memcheck test_ch03_norms_cuda *small case of every kernel*,*empty sizes*"
+    "racecheck test_ch03_norms_cuda *small case of every kernel*"
   )
   for c in "${checks[@]}"; do
     read -r tool prog filter <<<"$c"

@@ -1,9 +1,11 @@
-// Chapter 02 — loss scaling and FP32 master weights: the CUDA kernels of
-// the nn tier (mpt::kernels_nn): the FP16-input, FP32-accumulate GEMM, in
-// kernels/nn/gemm_fp16.cu.
+// Chapters 02 onwards — the CUDA kernels of the nn tier (mpt::kernels_nn):
+// the FP16-input, FP32-accumulate GEMM (Chapter 2, kernels/nn/gemm_fp16.cu)
+// and BatchNorm and LayerNorm with FP32 statistics, forward and backward
+// (Chapter 3, kernels/nn/norms.cu).
 // Depends on: kernels/formats/formats_kernels.hpp (and through it
-// mpt/formats/codes.hpp: Fp16Code). Host-only: no CUDA types, so CPU
-// code and cling notebooks can include it.
+// mpt/formats/codes.hpp: Fp16Code, Bf16Code). Host-only: no CUDA types, so
+// CPU code and cling notebooks can include it; it includes nothing of
+// Chapter 3, so Chapter 2's code includes it as before.
 //
 // Every pointer named d_* is a DEVICE pointer (cudaMalloc'd). All work goes
 // to the default stream. A CUDA error throws std::runtime_error carrying
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/formats/formats_kernels.hpp"
 
@@ -53,5 +56,160 @@ void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, con
 /// sign), via round_element.hpp's round_to_format, as mpt::encode_array does.
 void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b,
                Fp16Code* d_c, GemmVersion v = GemmVersion::tiled);
+
+// --- BatchNorm and LayerNorm with FP32 statistics (kernels/nn/norms.cu) ------------
+//
+// The computations of mpt::BatchNorm and mpt::LayerNorm (Chapter 3) on the
+// GPU: statistics by Welford's update and Chan's merge in FP32 (the very
+// functions of mpt/nn/welford.hpp), normalization, affine and gradients by
+// the per-element formulas of mpt/nn/norm_math.hpp, every value read from
+// its storage type widened exactly to FP32 and every result rounded once
+// into its storage type (nearest-even, overflow to inf, as mpt's Tensor
+// writes). An input of X elements is read as norm_math's (outer, channels,
+// inner) layout: element (n, c, i) at (n·channels + c)·inner + i.
+//   BatchNorm on [N, C], [N, C, L], [N, C, H, W]: outer N, channels C, inner 1, L or H·W
+//   LayerNorm on [rows, cols]: one row per normalized set of cols values
+// No two arrays may overlap (the kernels declare every pointer __restrict__;
+// the running estimates are updated in place, in their own arrays). Sizes
+// and offsets are 64-bit throughout. A size < 0, a null pointer that is
+// required, or an eps or momentum out of range throws
+// std::invalid_argument before any launch; more channels (or row blocks)
+// than a grid holds, or more elements than 64-bit offsets hold, throws
+// std::length_error. Every launch is checked, and everything is queued on
+// the default stream (no host synchronisation). Template arguments are
+// deduced from the pointers: where every pointer of one type is nullptr,
+// name the types (batch_norm_forward_eval<Fp16Code, float>(...)).
+//
+// Element-wise steps (x̂, y, dx) are the CPU layer's float operations in the
+// same order, with no contraction into FMAs (norms.cu is compiled with
+// -fmad=false): given the same statistics and sums they give the CPU's
+// bits. What differs is the order of the reductions, and with it the last
+// bits of the statistics and of the sums.
+
+/// True for the element types the norm kernels read and write: float (f32),
+/// Fp16Code (f16) and Bf16Code (bf16).
+template <class T>
+inline constexpr bool is_norm_storage_v =
+    std::is_same_v<T, float> || std::is_same_v<T, Fp16Code> || std::is_same_v<T, Bf16Code>;
+
+namespace detail {
+// The definitions, in kernels/nn/norms.cu, for every pair of norm storage types.
+template <class X, class P>
+void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                              const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd);
+template <class X, class P>
+void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                             const P* d_weight, const P* d_bias, const P* d_running_mean,
+                             const P* d_running_var, float eps, X* d_y);
+template <class X, class P>
+void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                         const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias);
+template <class X, class P>
+void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd);
+template <class X, class P>
+void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
+                         const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
+                         float* d_dweight, float* d_dbias);
+}  // namespace detail
+
+/// BatchNorm forward in training mode (mpt::BatchNorm::forward with
+/// training() on). x and y: X codes [outer, channels, inner]; weight, bias
+/// and the running estimates: P codes [channels] (P is the parameters'
+/// model dtype, X the activations'; any pair of float, Fp16Code, Bf16Code).
+/// Per channel, over its M = outer·inner values, all in FP32:
+///  - the Welford statistics; d_mean[c] = mean, d_invstd[c] =
+///    1/√(biased variance + eps) (f32 [channels], what backward reads);
+///  - y = x̂·γ + β with x̂ = (x − mean)·invstd, rounded once into X
+///    (weight nullptr: γ = 1; bias nullptr: β = 0);
+///  - with running estimates (both pointers, or neither), in place:
+///    running = (1 − momentum)·running + momentum·batch, the batch variance
+///    unbiased (M2 / (M − 1)), computed in FP32 from the widened estimate
+///    and rounded once into P: PyTorch's update. `momentum` is the factor
+///    itself: the layer's momentum, or 1/num_batches_tracked (after the
+///    increment) for the cumulative average.
+/// A non-finite input makes its channel's statistics, outputs and running
+/// estimates non-finite, as on the CPU. Requires M >= 2 (PyTorch: "Expected
+/// more than 1 value per channel when training"), momentum in [0, 1], eps
+/// finite and >= 0, d_x, d_y, d_mean, d_invstd non-null. One block per
+/// channel. Queued.
+template <class X, class P>
+void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                              const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd) {
+  static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
+                "batch_norm_forward_train: X and P must be float, Fp16Code or Bf16Code");
+  detail::batch_norm_forward_train(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
+                                   d_running_var, momentum, eps, d_y, d_mean, d_invstd);
+}
+
+/// BatchNorm forward in eval mode: y = x̂·γ + β with the running estimates,
+/// mean = running_mean[c] and invstd = 1/√(running_var[c] + eps), both in
+/// FP32 from the widened P values. Bit for bit mpt::BatchNorm::forward in
+/// eval mode (nothing is reduced). The layout, the types and the checks as
+/// in batch_norm_forward_train (M >= 1 is enough here). Queued.
+template <class X, class P>
+void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                             const P* d_weight, const P* d_bias, const P* d_running_mean,
+                             const P* d_running_var, float eps, X* d_y) {
+  static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
+                "batch_norm_forward_eval: X and P must be float, Fp16Code or Bf16Code");
+  detail::batch_norm_forward_eval(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
+                                  d_running_var, eps, d_y);
+}
+
+/// BatchNorm backward (mpt::BatchNorm::backward): from x and dy (X codes,
+/// the layout above) and the mean and invstd the forward normalized with
+/// (f32 [channels]: the batch statistics in training, the running ones in
+/// eval), per channel in FP32:
+///   d_dbias[c] = Σ dy,  d_dweight[c] = Σ dy·x̂   (f32 sums; the layer rounds
+///                                              them into P before adding
+///                                              them into the FP32 grad)
+///   dx = invstd/M·(M·g − Σg − x̂·Σg·x̂), g = γ·dy   (batch_statistics), or
+///   dx = g·invstd                                 (fixed statistics, eval)
+/// with Σg = γ·Σdy and Σg·x̂ = γ·Σdy·x̂ (γ is one number per channel), dx
+/// rounded once into X. weight nullptr means γ = 1; d_dx, d_dweight and
+/// d_dbias may each be nullptr (not computed). One block per channel. Queued.
+template <class X, class P>
+void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
+                         const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias) {
+  static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
+                "batch_norm_backward: X and P must be float, Fp16Code or Bf16Code");
+  detail::batch_norm_backward(outer, channels, inner, d_x, d_dy, d_mean, d_invstd, d_weight, batch_statistics,
+                              d_dx, d_dweight, d_dbias);
+}
+
+/// LayerNorm forward (mpt::LayerNorm::forward): every row of x (X codes
+/// [rows, cols]) normalized with its own FP32 Welford mean and biased
+/// variance; d_mean[r] and d_rstd[r] = 1/√(var + eps) (f32 [rows]);
+/// y = x̂·γ[i] + β[i] rounded once into X (weight, bias: P codes [cols], or
+/// nullptr for γ = 1, β = 0). One warp per row. Queued.
+template <class X, class P>
+void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd) {
+  static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
+                "layer_norm_forward: X and P must be float, Fp16Code or Bf16Code");
+  detail::layer_norm_forward(rows, cols, d_x, d_weight, d_bias, eps, d_y, d_mean, d_rstd);
+}
+
+/// LayerNorm backward (mpt::LayerNorm::backward), all sums in FP32:
+///   dx = rstd/D·(D·g − Σg − x̂·Σg·x̂), g = γ[i]·dy, sums over the row (one
+///   warp per row), rounded once into X;
+///   d_dweight[i] = Σ_rows dy·x̂, d_dbias[i] = Σ_rows dy (f32 [cols]), one
+///   thread per column adding the rows in order 0, 1, ...: the CPU layer's
+///   order, so these are its FP32 sums bit for bit.
+/// weight nullptr means γ = 1; d_dx, d_dweight and d_dbias may each be
+/// nullptr (not computed). Queued.
+template <class X, class P>
+void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
+                         const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
+                         float* d_dweight, float* d_dbias) {
+  static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
+                "layer_norm_backward: X and P must be float, Fp16Code or Bf16Code");
+  detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias);
+}
 
 }  // namespace mpt::cuda
