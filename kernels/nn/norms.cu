@@ -499,6 +499,8 @@ unsigned int row_blocks(std::int64_t rows, const char* where) {
 
 namespace detail {
 
+/// The definition of mpt::cuda::batch_norm_forward_train (see nn_kernels.hpp), for every
+/// pair of storage types.
 template <class X, class P>
 void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                               const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
@@ -523,6 +525,8 @@ void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::in
   check_launch(where);
 }
 
+/// The definition of mpt::cuda::batch_norm_forward_eval (see nn_kernels.hpp), for every
+/// pair of storage types.
 template <class X, class P>
 void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                              const P* d_weight, const P* d_bias, const P* d_running_mean,
@@ -542,6 +546,8 @@ void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int
   check_launch(where);
 }
 
+/// The definition of mpt::cuda::batch_norm_backward (see nn_kernels.hpp), for every
+/// pair of storage types.
 template <class X, class P>
 void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                          const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
@@ -564,6 +570,8 @@ void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t
   check_launch(where);
 }
 
+/// The definition of mpt::cuda::layer_norm_forward (see nn_kernels.hpp), for every
+/// pair of storage types.
 template <class X, class P>
 void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
                         const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd) {
@@ -581,6 +589,8 @@ void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, cons
   check_launch(where);
 }
 
+/// The definition of mpt::cuda::layer_norm_backward (see nn_kernels.hpp), for every
+/// pair of storage types.
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
