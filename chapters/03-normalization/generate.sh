@@ -11,7 +11,8 @@
 # usage: generate.sh BUILD_DIR           regenerate in place (then commit the result)
 #        generate.sh --check BUILD_DIR   regenerate into a scratch copy and fail if
 #                                        the committed files differ (the docs test)
-#        generate.sh --bench BUILD_DIR   also rerun the chapter's benchmarks
+#        generate.sh --bench BUILD_DIR   rerun the norms benchmark (a minute or two, on an
+#                                        otherwise idle machine) and splice its table in
 #        generate.sh --into DIR BUILD_DIR
 #                                        write a fresh copy of the chapter into DIR
 #                                        (DIR/README.md, DIR/generated/) with every
@@ -25,7 +26,7 @@ set -euo pipefail
 chapter_id=03
 chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 required_programs=(src/cli/mpt chapters/ch03_numbers)
-bench_records=()
+bench_records=(bench-norms.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
@@ -63,6 +64,28 @@ generate_all() {
     gen_run tour "mpt tour --chapter 3" tour_without_progress
   fi
   gen_run claims "ch03_numbers claims" "$numbers" claims
+}
+
+# The benchmark record; --check reruns it with minimal effort (one repetition,
+# the minimal time, the same sizes) and compares what bench_deterministic keeps.
+run_benchmarks() {
+  gen_bench bench-norms.txt tests/bench/bench_ch03_norms '^norms forward' --benchmark_min_time=0.5 \
+    -- --benchmark_min_time=0.001 --repetitions=1
+}
+
+# What of the record does not depend on timing: the header lines, and per row
+# the layer, its shape, dtype and the target column.
+bench_deterministic() {
+  case "$1" in
+    bench-norms.txt)
+      awk '
+        /^norms forward/ || /^bytes:/ || /^running/ || /^norm / { print; next }
+        /^last-level/ { next }
+        ($1 == "BatchNorm" || $1 == "LayerNorm") && NF == 11 { print $1, $2, $3, $4, $9; next }
+        ($1 == "BatchNorm" || $1 == "LayerNorm") { print $1, $2, $(NF-2) }
+      ' ;;
+    *) cat ;;
+  esac
 }
 
 generate_main "$@"
