@@ -67,7 +67,7 @@ std::vector<std::string> runnable_names() {
 // The common options.
 
 std::shared_ptr<const mpt::Policy> parse_policy(const std::string& text, mpt::DType d) {
-  const std::shared_ptr<const mpt::Policy> uniform = mpt::uniform_policy(d);
+  std::shared_ptr<const mpt::Policy> uniform = mpt::uniform_policy(d);
   if (text == "uniform") return uniform;
   const std::string prefix = "keep-f32:";
   if (text.rfind(prefix, 0) != 0)
