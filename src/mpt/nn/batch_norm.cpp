@@ -41,17 +41,6 @@ void require_f32_compute(const OpPrecision& q) {
                                 "Chapter 3's pitfalls, not a policy choice");
 }
 
-// grad += widen(round(g into d)): the parameter's gradient in its model
-// dtype, added into the FP32 master gradient (as Linear's).
-void accumulate_grad(Parameter& p, std::vector<float>& g, DType d) {
-  if (static_cast<std::int64_t>(g.size()) != p.grad.numel())
-    throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
-                                std::to_string(p.grad.numel()) + " weights");
-  if (d != DType::f32) round_array(g.data(), g.data(), g.size(), format_of(d));
-  float* grad = p.grad.f32_data();
-  for (std::size_t i = 0; i < g.size(); ++i) grad[i] += g[i];
-}
-
 // [N, C, ...] as the formulas read it: {N, C, L or H·W}.
 norm_math::Layout layout_of(const Shape& s) {
   norm_math::Layout l;
@@ -246,8 +235,8 @@ Tensor BatchNorm::backward_impl(const Tensor& dy, Context& ctx) {
                       affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
-    accumulate_grad(weight, dw, wd);
-    accumulate_grad(bias, db, bd);
+    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wd);
+    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bd);
   }
   Tensor out;
   if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);

@@ -29,17 +29,6 @@ void check_options(const Conv2dOptions& o) {
                                 std::to_string(o.stride) + " and padding " + std::to_string(o.padding));
 }
 
-// grad += widen(round(g into d)), g [rows, cols] FP32 scratch rounded in
-// place: a low-precision gradient reaching its FP32 master's gradient.
-void accumulate_grad(Parameter& p, MatrixF& g, DType d) {
-  if (g.size() != p.grad.numel())
-    throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
-                                std::to_string(p.grad.numel()) + " weights");
-  if (d != DType::f32) round_array(g.data(), g.data(), static_cast<std::size_t>(g.size()), format_of(d));
-  MatrixMapF grad(p.grad.f32_data(), g.rows(), g.cols());
-  grad += g;
-}
-
 // The values of a tensor widened to f32 (exact).
 std::vector<float> widened(const Tensor& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
@@ -170,11 +159,11 @@ Tensor Conv2d::backward_impl(const Tensor& dy_out, Context& ctx) {
   // weight's dtype, added to the FP32 grad.
   MatrixF dw;
   multiply_into(dw, d, Op::T, cols, Op::N);
-  accumulate_grad(weight, dw, wd);
+  weight.accumulate_grad(dw.data(), dw.size(), wd);
   // db [out] = Σ dY: an FP32 reduction, rounded into the bias' dtype.
   if (options_.bias) {
     MatrixF db = d.colwise().sum();
-    accumulate_grad(bias, db, bias.model_dtype());
+    bias.accumulate_grad(db.data(), db.size(), bias.model_dtype());
   }
   Tensor dx;
   if (input_grad()) {

@@ -31,16 +31,6 @@ void require_f32_compute(const OpPrecision& q) {
                                 "Chapter 3's pitfalls, not a policy choice");
 }
 
-// grad += widen(round(g into d)), as Linear's.
-void accumulate_grad(Parameter& p, std::vector<float>& g, DType d) {
-  if (static_cast<std::int64_t>(g.size()) != p.grad.numel())
-    throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
-                                std::to_string(p.grad.numel()) + " weights");
-  if (d != DType::f32) round_array(g.data(), g.data(), g.size(), format_of(d));
-  float* grad = p.grad.f32_data();
-  for (std::size_t i = 0; i < g.size(); ++i) grad[i] += g[i];
-}
-
 }  // namespace
 
 LayerNorm::LayerNorm(Shape normalized_shape) : LayerNorm(std::move(normalized_shape), Options{}) {}
@@ -151,8 +141,8 @@ Tensor LayerNorm::backward_impl(const Tensor& dy, Context& ctx) {
                       affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
-    accumulate_grad(weight, dw, wd);
-    accumulate_grad(bias, db, bd);
+    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wd);
+    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bd);
   }
   Tensor out;
   if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);

@@ -27,18 +27,6 @@ void require_shape(const std::string& what, const Shape& have, const Shape& want
     throw std::invalid_argument(what + " is " + shape_string(have) + ", expected " + shape_string(want));
 }
 
-// grad += widen(round(g into d)): the low-precision gradient of a weight
-// reaching its FP32 master's gradient. `g` is FP32 scratch, rounded in place.
-void accumulate_grad(Parameter& p, MatrixF& g, DType d) {
-  require_shape(p.name + ".grad", p.grad.shape(), p.master.shape());
-  if (g.size() != p.grad.numel())
-    throw std::invalid_argument(p.name + ": a gradient of " + std::to_string(g.size()) + " elements for " +
-                                std::to_string(p.grad.numel()) + " weights");
-  if (d != DType::f32) round_array(g.data(), g.data(), static_cast<std::size_t>(g.size()), format_of(d));
-  MatrixMapF grad(p.grad.f32_data(), g.rows(), g.cols());
-  grad += g;
-}
-
 void require_f32_compute(const OpPrecision& q) {
   if (q.compute != DType::f32)
     throw std::invalid_argument("linear: the policy asks for " + std::string(dtype_name(q.compute)) +
@@ -112,10 +100,11 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   const F32Matrix dyf(dy), xf(x_);
   MatrixF dw;
   multiply_into(dw, dyf.map(), Op::T, xf.map(), Op::N);
-  accumulate_grad(weight, dw, wd);
+  require_shape(weight.name + ".grad", weight.grad.shape(), weight.master.shape());
+  weight.accumulate_grad(dw.data(), dw.size(), wd);
   // db [out] = Σ_B dy: an FP32 reduction, rounded into the bias' dtype.
   MatrixF db = dyf.map().colwise().sum();
-  accumulate_grad(bias, db, bd);
+  bias.accumulate_grad(db.data(), db.size(), bd);
   Tensor dx;
   // dx [B, in] = dy [B, out] · W [out, in], stored in the input's dtype.
   if (input_grad()) dx = gemm(dy, Op::N, w, Op::N, op_.input);

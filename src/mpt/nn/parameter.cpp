@@ -1,10 +1,14 @@
 // Chapter 02 — loss scaling and FP32 master weights: the Parameter.
-// Depends on: parameter.hpp; Chapter 1's format descriptors (what a code means).
+// Depends on: parameter.hpp; Chapter 1's format descriptors (what a code means)
+// and rounding (a gradient rounded into its model dtype).
 #include "mpt/nn/parameter.hpp"
 
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "mpt/formats/rounding.hpp"
 
 namespace mpt {
 
@@ -83,6 +87,15 @@ RefreshStats refresh_codes(Tensor& master, Tensor& model, DType d, MasterWeights
 }
 
 }  // namespace
+
+void Parameter::accumulate_grad(float* g, std::int64_t n, DType d) {
+  if (n != grad.numel())
+    throw std::invalid_argument(name + ": a gradient of " + std::to_string(n) + " elements for " +
+                                std::to_string(grad.numel()) + " weights");
+  if (d != DType::f32) round_array(g, g, static_cast<std::size_t>(n), format_of(d));
+  float* out = grad.f32_data();
+  for (std::int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
 
 RefreshStats Parameter::refresh(MasterWeights mode) {
   switch (model_dtype_) {

@@ -73,6 +73,12 @@ class Parameter {
   /// MasterWeights::none also write the rounded weights back into the
   /// master. Returns what changed (see RefreshStats).
   RefreshStats refresh(MasterWeights mode = MasterWeights::fp32);
+  /// A layer's backward hands over this parameter's gradient: `g` (n FP32
+  /// values, scratch) is rounded in place into `d`, the model copy's dtype
+  /// (the gradient of an f16 weight is an f16 tensor), and *added* into the
+  /// FP32 grad (PyTorch's .grad accumulation). Throws std::invalid_argument
+  /// unless n == grad.numel().
+  void accumulate_grad(float* g, std::int64_t n, DType d);
   /// Bytes of the model copy (0 for f32: forward reads the master).
   std::size_t model_bytes() const { return model_dtype_ == DType::f32 ? 0 : model_.bytes(); }
 
