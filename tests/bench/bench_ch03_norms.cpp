@@ -350,29 +350,6 @@ void BM_naive(benchmark::State& st, Case* k) {
 }
 #endif
 
-/// Console output as usual, plus each benchmark's fastest time per
-/// iteration over its repetitions, in ms.
-class MinTimeReporter : public benchmark::ConsoleReporter {
- public:
-  MinTimeReporter() : benchmark::ConsoleReporter(bench::plain_unless_terminal()) {}
-  std::map<std::string, double> ms;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs)
-      if (r.run_type == Run::RT_Iteration) {
-        const double t = r.GetAdjustedCPUTime() * benchmark::GetTimeUnitMultiplier(benchmark::kMillisecond) /
-                         benchmark::GetTimeUnitMultiplier(r.time_unit);
-        const std::string name = r.run_name.function_name;
-        if (!ms.count(name) || t < ms[name]) ms[name] = t;
-      }
-  }
-  /// The fastest time of the benchmark `name`, in ms; 0 when it did not run.
-  double of(const std::string& name) const {
-    auto it = ms.find(name);
-    return it == ms.end() ? 0.0 : it->second;
-  }
-};
-
 /// "64,64,32,32:256,64,32,32": shapes separated by ':', sizes by ','.
 /// Exits with status 2 on anything else.
 std::vector<mpt::Shape> parse_shapes(const char* s, const char* flag, std::size_t min_dims,
@@ -448,7 +425,7 @@ int main(int argc, char** argv) {
           ->Repetitions(g_repetitions);
 #endif
   }
-  MinTimeReporter rep;
+  bench::MinTimeReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
 
   double llc = 0;  // the largest cache Google Benchmark reports, in bytes

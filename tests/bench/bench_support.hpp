@@ -74,4 +74,27 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
 };
 
+/// Console output as usual, plus each benchmark's fastest time per
+/// iteration over its repetitions, in ms.
+class MinTimeReporter : public benchmark::ConsoleReporter {
+ public:
+  MinTimeReporter() : benchmark::ConsoleReporter(bench::plain_unless_terminal()) {}
+  std::map<std::string, double> ms;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs)
+      if (r.run_type == Run::RT_Iteration) {
+        const double t = r.GetAdjustedCPUTime() * benchmark::GetTimeUnitMultiplier(benchmark::kMillisecond) /
+                         benchmark::GetTimeUnitMultiplier(r.time_unit);
+        const std::string name = r.run_name.function_name;
+        if (!ms.count(name) || t < ms[name]) ms[name] = t;
+      }
+  }
+  /// The fastest time of the benchmark `name`, in ms; 0 when it did not run.
+  double of(const std::string& name) const {
+    auto it = ms.find(name);
+    return it == ms.end() ? 0.0 : it->second;
+  }
+};
+
 }  // namespace bench
