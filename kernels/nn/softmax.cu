@@ -58,49 +58,52 @@ constexpr int kRowsPerBlock = kThreadsV1 / kWarp;  // masked softmax: one warp p
 static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) && alignof(Fp16Code) == alignof(std::uint16_t) &&
                   std::is_standard_layout_v<Fp16Code>,
               "Fp16Code must be exactly a uint16_t");
+/// The codes as their integers (read-only).
 const std::uint16_t* raw(const Fp16Code* p) { return reinterpret_cast<const std::uint16_t*>(p); }
+/// The codes as their integers.
 std::uint16_t* raw(Fp16Code* p) { return reinterpret_cast<std::uint16_t*>(p); }
 
-// fp16 as a compile-time constant for device code (device code may not read
-// the host variable formats::fp16).
+/// fp16 as a compile-time constant for device code (device code may not read
+/// the host variable formats::fp16).
 struct Fp16 {
   static constexpr FormatSpec spec = formats::fp16;
 };
 
-// The exact value of an fp16 code, by the library's decoder.
+/// The exact value of an fp16 code, by the library's decoder.
 __device__ __forceinline__ float load16(std::uint16_t c) {
   constexpr FormatSpec f = Fp16::spec;
   return decode(c, f);
 }
 
-// A float rounded once to fp16 by the library's rounding (nearest-even,
-// overflow to ±inf, subnormals kept, NaN → 0x7E00 with its sign): what
-// mpt's Tensor writes do.
+/// A float rounded once to fp16 by the library's rounding (nearest-even,
+/// overflow to ±inf, subnormals kept, NaN → 0x7E00 with its sign): what
+/// mpt's Tensor writes do.
 __device__ __forceinline__ std::uint16_t store16(float v) {
   constexpr FormatSpec f = Fp16::spec;
   return static_cast<std::uint16_t>(encode_exact(
       round_to_format(v, f, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep), f));
 }
 
-// The same two conversions in one instruction each (version 2): the
-// hardware's fp16 → f32 is exact and its f32 → fp16 (cvt.rn) rounds to
-// nearest-even with overflow to ±inf and subnormals kept, so every non-NaN
-// result has store16's bits; a NaN becomes the canonical 0x7FFF.
+/// The same two conversions in one instruction each (version 2): the
+/// hardware's fp16 → f32 is exact and its f32 → fp16 (cvt.rn) rounds to
+/// nearest-even with overflow to ±inf and subnormals kept, so every non-NaN
+/// result has store16's bits; a NaN becomes the canonical 0x7FFF.
 __device__ __forceinline__ float load16_hw(std::uint16_t c) { return __half2float(__ushort_as_half(c)); }
+/// store16 by the hardware's cvt.rn (see load16_hw).
 __device__ __forceinline__ std::uint16_t store16_hw(float v) { return __half_as_ushort(__float2half_rn(v)); }
 
 // --- reductions ------------------------------------------------------------------
 
-// A row's online statistics plus the plain FP32 sum of its logits (the
-// label-smoothing term needs Σz / K).
+/// A row's online statistics plus the plain FP32 sum of its logits (the
+/// label-smoothing term needs Σz / K).
 struct RowStats {
-  MaxSum<float> ms;  // (max, Σ exp(z − max)), softmax_math.hpp
-  float zsum;        // Σ z over the same elements
+  MaxSum<float> ms;  ///< (max, Σ exp(z − max)), softmax_math.hpp
+  float zsum;        ///< Σ z over the same elements
 };
 
-// Lane l merges lane l + offset for offset 16, 8, 4, 2, 1: the whole warp's
-// statistics land in lane 0. A lane without elements holds {−inf, 0}, which
-// max_sum_merge passes through exactly, and a zsum of 0.
+/// Lane l merges lane l + offset for offset 16, 8, 4, 2, 1: the whole warp's
+/// statistics land in lane 0. A lane without elements holds {−inf, 0}, which
+/// max_sum_merge passes through exactly, and a zsum of 0.
 __device__ __forceinline__ RowStats warp_merge(RowStats s) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     MaxSum<float> o;
@@ -113,7 +116,7 @@ __device__ __forceinline__ RowStats warp_merge(RowStats s) {
   return s;
 }
 
-// Lane 0's statistics, in every lane of the warp.
+/// Lane 0's statistics, in every lane of the warp.
 __device__ __forceinline__ MaxSum<float> warp_broadcast(const MaxSum<float>& s) {
   MaxSum<float> o;
   o.max = __shfl_sync(kFullMask, s.max, 0);
@@ -121,11 +124,11 @@ __device__ __forceinline__ MaxSum<float> warp_broadcast(const MaxSum<float>& s) 
   return o;
 }
 
-// The statistics of the whole block, in every thread: each warp merges its
-// lanes, warp 0 merges the warps' results in warp order, and the result goes
-// through shared memory. Called once per kernel (the slots are not reused).
-// Shared memory holds plain arrays: a __shared__ MaxSum, whose members have
-// initializers, may not be declared.
+/// The statistics of the whole block, in every thread: each warp merges its
+/// lanes, warp 0 merges the warps' results in warp order, and the result goes
+/// through shared memory. Called once per kernel (the slots are not reused).
+/// Shared memory holds plain arrays: a __shared__ MaxSum, whose members have
+/// initializers, may not be declared.
 template <int kThreads>
 __device__ RowStats block_merge(RowStats s) {
   constexpr int kWarps = kThreads / kWarp;
@@ -162,8 +165,8 @@ __device__ RowStats block_merge(RowStats s) {
   return r;
 }
 
-// A float sum and an integer count over one block, in thread 0 (tree order
-// as warp_merge, then the warps in order).
+/// A float sum and an integer count over one block, in thread 0 (tree order
+/// as warp_merge, then the warps in order).
 __device__ void block_sum_count(float& sum, long long& count) {
   constexpr int kWarps = kReduceThreads / kWarp;
   __shared__ float sums[kWarps];
@@ -190,20 +193,21 @@ __device__ void block_sum_count(float& sum, long long& count) {
 
 // --- cross-entropy: what both versions share -------------------------------------
 
-// What a row's target makes of it: counted (a class in [0, K)), ignored
-// (ignore_index), or invalid (anything else: NaN loss and gradient).
+/// What a row's target makes of it: counted (a class in [0, K)), ignored
+/// (ignore_index), or invalid (anything else: NaN loss and gradient).
 enum class Target { counted, ignored, invalid };
 
+/// The kind of row target y makes.
 __device__ __forceinline__ Target classify_target(std::int32_t y, std::int32_t ignore_index,
                                                   long long classes) {
   if (y == ignore_index) return Target::ignored;
   return (y >= 0 && y < classes) ? Target::counted : Target::invalid;
 }
 
-// The loss of one counted row, in FP32, from its statistics and z_y:
-// lse − z_y, and with label smoothing (1 − ε)(lse − z_y) + ε(lse − Σz/K).
-// ε = 0 skips the second term rather than multiplying it by 0: a row with a
-// −inf logit has Σz/K = −inf, and 0·inf would make its finite loss NaN.
+/// The loss of one counted row, in FP32, from its statistics and z_y:
+/// lse − z_y, and with label smoothing (1 − ε)(lse − z_y) + ε(lse − Σz/K).
+/// ε = 0 skips the second term rather than multiplying it by 0: a row with a
+/// −inf logit has Σz/K = −inf, and 0·inf would make its finite loss NaN.
 __device__ __forceinline__ float row_loss(const RowStats& s, float zy, float eps, long long classes) {
   const float lse = log_sum_exp(s.ms);
   const float nll = lse - zy;
@@ -211,9 +215,9 @@ __device__ __forceinline__ float row_loss(const RowStats& s, float zy, float eps
   return (1.0f - eps) * nll + eps * (lse - s.zsum / static_cast<float>(classes));
 }
 
-// The gradient of element j of a counted row, before rounding:
-// g·(softmax_j − q_j) with q_j = (1 − ε)·[j = y] + ε/K, the smoothed target;
-// (1 − ε)(p − onehot) + ε(p − 1/K) regrouped so that p is rounded once.
+/// The gradient of element j of a counted row, before rounding:
+/// g·(softmax_j − q_j) with q_j = (1 − ε)·[j = y] + ε/K, the smoothed target;
+/// (1 − ε)(p − onehot) + ε(p − 1/K) regrouped so that p is rounded once.
 __device__ __forceinline__ float grad_of(float z, const MaxSum<float>& s, long long j, std::int32_t y,
                                          float eps, float eps_over_k, float g) {
   const float p = exp_in(z - s.max) / s.sum;
@@ -221,10 +225,10 @@ __device__ __forceinline__ float grad_of(float z, const MaxSum<float>& s, long l
   return g * (p - q);
 }
 
-// Count kernel (Reduction::mean with a gradient): one block counts the
-// rows whose target is not ignore_index and writes g = dloss / count into
-// *g_out, which the row kernel reads (it cannot know the count itself
-// without reading every target in every block).
+/// Count kernel (Reduction::mean with a gradient): one block counts the
+/// rows whose target is not ignore_index and writes g = dloss / count into
+/// *g_out, which the row kernel reads (it cannot know the count itself
+/// without reading every target in every block).
 __global__ void count_kernel(long long rows, const std::int32_t* __restrict__ targets,
                              std::int32_t ignore_index, float dloss, float* __restrict__ g_out) {
   float unused = 0.0f;
@@ -234,11 +238,11 @@ __global__ void count_kernel(long long rows, const std::int32_t* __restrict__ ta
   if (threadIdx.x == 0) *g_out = dloss / static_cast<float>(count);
 }
 
-// Reduction kernel (mean and sum): one block adds the per-row losses (0 on
-// ignored rows) in a fixed order — thread t takes rows t, t + 1024, ...,
-// then the tree — so the result has the same bits on every run (no
-// atomics), and divides by the count of non-ignored rows for the mean
-// (0/0 = NaN when there is none, as PyTorch's mean).
+/// Reduction kernel (mean and sum): one block adds the per-row losses (0 on
+/// ignored rows) in a fixed order — thread t takes rows t, t + 1024, ...,
+/// then the tree — so the result has the same bits on every run (no
+/// atomics), and divides by the count of non-ignored rows for the mean
+/// (0/0 = NaN when there is none, as PyTorch's mean).
 __global__ void reduce_kernel(long long rows, const float* __restrict__ losses,
                               const std::int32_t* __restrict__ targets, std::int32_t ignore_index, bool mean,
                               float* __restrict__ loss) {
@@ -262,6 +266,8 @@ __global__ void reduce_kernel(long long rows, const float* __restrict__ losses,
 // not null (the mean's dloss / count, from count_kernel), g_value
 // otherwise. Ignored rows write loss 0 and a zero gradient without reading
 // a logit.
+
+/// Version 1 of the fused cross-entropy: the row blockIdx.x, as described above.
 __global__ void ce_block_kernel(long long classes, const std::uint16_t* __restrict__ logits,
                                 const std::int32_t* __restrict__ targets, std::int32_t ignore_index,
                                 float eps, const float* __restrict__ g_ptr, float g_value,
@@ -315,6 +321,8 @@ __global__ void ce_block_kernel(long long classes, const std::uint16_t* __restri
 //     use keeps the gradient's writes from pushing other rows out before
 //     their second read.
 // 512 threads: at K = 32768 each thread then owns 8 uint4 per pass.
+
+/// The 8 fp16 codes of a 16-byte load, widened (little-endian: the low half first).
 __device__ __forceinline__ void unpack8(const uint4& v, float (&z)[8]) {
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
   for (int k = 0; k < 4; ++k) {
@@ -323,6 +331,7 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&z)[8]) {
   }
 }
 
+/// 8 floats rounded to fp16 codes, packed for one 16-byte store.
 __device__ __forceinline__ uint4 pack8(const float (&d)[8]) {
   unsigned int w[4];
   for (int k = 0; k < 4; ++k)
@@ -331,6 +340,8 @@ __device__ __forceinline__ uint4 pack8(const float (&d)[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/// Version 2 of the fused cross-entropy: the row blockIdx.x, ce_block_kernel's
+/// steps with 16-byte accesses.
 __global__ void ce_vector_kernel(long long classes, const std::uint16_t* __restrict__ logits,
                                  const std::int32_t* __restrict__ targets, std::int32_t ignore_index,
                                  float eps, const float* __restrict__ g_ptr, float g_value,
@@ -380,12 +391,15 @@ __global__ void ce_vector_kernel(long long classes, const std::uint16_t* __restr
 // reduction is warp_merge and a broadcast, nothing in shared memory. Lane l
 // reads columns l, l + 32, ... twice: (max, sum) over the kept ones, then
 // the probabilities.
+/// Whether column col of row row (element offset) takes part in the softmax.
 __device__ __forceinline__ bool kept(const bool* __restrict__ mask, bool causal, long long row, long long col,
                                      long long cols, long long offset) {
   if (mask != nullptr && !mask[offset]) return false;
   return !causal || col <= row % cols;
 }
 
+/// The masked softmax: warp threadIdx.x / 32 of the block takes row
+/// blockIdx.x·8 + that warp.
 __global__ void masked_softmax_kernel(long long rows, long long cols,
                                       const std::uint16_t* __restrict__ scores, const bool* __restrict__ mask,
                                       bool causal, std::uint16_t* __restrict__ probs) {
@@ -408,15 +422,17 @@ __global__ void masked_softmax_kernel(long long rows, long long cols,
 
 // --- host-side checks -------------------------------------------------------------------
 
+/// Throw std::invalid_argument naming the function and what was wrong.
 [[noreturn]] void bad(const char* where, const std::string& what) {
   throw std::invalid_argument(std::string("mpt::cuda::") + where + ": " + what);
 }
 
+/// bad(where, what) unless ok.
 void require(bool ok, const char* where, const std::string& what) {
   if (!ok) bad(where, what);
 }
 
-// rows >= 0 and cols >= 1 with rows·cols within 64-bit offsets.
+/// rows >= 0 and cols >= 1 with rows·cols within 64-bit offsets.
 void check_sizes(std::int64_t rows, std::int64_t cols, const char* where, const char* cols_name) {
   require(rows >= 0 && cols >= 1, where,
           std::string("rows must be >= 0 and ") + cols_name + " >= 1, got rows = " + std::to_string(rows) +
@@ -426,6 +442,7 @@ void check_sizes(std::int64_t rows, std::int64_t cols, const char* where, const 
                             std::to_string(cols) + " has more elements than 64-bit offsets hold");
 }
 
+/// A 1-D grid of `blocks` blocks, or std::length_error when it does not fit.
 unsigned int grid_of(std::int64_t blocks, const char* where) {
   if (blocks > 0x7fffffffLL)
     throw std::length_error(std::string("mpt::cuda::") + where + ": " + std::to_string(blocks) +
