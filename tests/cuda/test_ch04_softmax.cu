@@ -24,9 +24,10 @@
 // doubled for the terms they drop:
 //  - the row sum s: each term eⱼ passes through at most D = (elements per
 //    thread) + 10 (merge levels) additions and rescalings, a rescaling by
-//    exp(m_old − m_new) erring by u·|m_old − m_new| + 3u (the subtraction,
-//    CUDA's expf within 2 ulp, the product) with |m_old − m_new| <= m − zⱼ,
-//    and eⱼ itself by u·(m − zⱼ) + 2u: |Δs| <= (D + 1)·u·Σ eⱼ·(m − zⱼ + 4);
+//    exp(m_old − m_new) erring by u·|m_old − m_new| + 5u (the subtraction,
+//    CUDA's expf within 2 ulp, i.e. 4u, the product) with |m_old − m_new|
+//    <= m − zⱼ, and eⱼ itself by u·(m − zⱼ) + 4u: |Δs| <= (D + 1)·u·Σ
+//    eⱼ·(m − zⱼ + 6), which the doubled (D + 1)·u·Σ eⱼ·(m − zⱼ + 4) covers;
 //  - lse = m + log s: δ = |Δs|/s, plus logf's 1 ulp and the addition's
 //    rounding: δ + 2u·|log s| + u·|lse|; the loss adds the rounding of each
 //    further operation (u times the magnitude it produces) and, with
