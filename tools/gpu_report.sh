@@ -113,6 +113,8 @@ else
     "racecheck test_ch02_scaler_cuda *whole GradScaler*"
     "memcheck test_ch03_norms_cuda *small case of every kernel*,*empty sizes*"
     "racecheck test_ch03_norms_cuda *small case of every kernel*"
+    "memcheck test_ch04_softmax_cuda *small case of every kernel*,*empty sizes*"
+    "racecheck test_ch04_softmax_cuda *small case of every kernel*"
   )
   for c in "${checks[@]}"; do
     read -r tool prog filter <<<"$c"

@@ -1,11 +1,12 @@
 // Chapters 02 onwards — the CUDA kernels of the nn tier (mpt::kernels_nn):
 // the FP16-input, FP32-accumulate GEMM (Chapter 2, kernels/nn/gemm_fp16.cu)
-// and BatchNorm and LayerNorm with FP32 statistics, forward and backward
-// (Chapter 3, kernels/nn/norms.cu).
+// BatchNorm and LayerNorm with FP32 statistics, forward and backward
+// (Chapter 3, kernels/nn/norms.cu), and the fused softmax cross-entropy and
+// the masked softmax of attention rows (Chapter 4, kernels/nn/softmax.cu).
 // Depends on: kernels/formats/formats_kernels.hpp (and through it
 // mpt/formats/codes.hpp: Fp16Code, Bf16Code). Host-only: no CUDA types, so
 // CPU code and cling notebooks can include it; it includes nothing of
-// Chapter 3, so Chapter 2's code includes it as before.
+// Chapters 3 or 4, so Chapter 2's code includes it as before.
 //
 // Every pointer named d_* is a DEVICE pointer (cudaMalloc'd). All work goes
 // to the default stream. A CUDA error throws std::runtime_error carrying
@@ -211,5 +212,88 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
                 "layer_norm_backward: X and P must be float, Fp16Code or Bf16Code");
   detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias);
 }
+
+// --- Softmax cross-entropy and masked softmax (kernels/nn/softmax.cu, Chapter 4) ----------
+//
+// Every row of logits or scores is reduced with the online (max, sum) of
+// mpt/nn/softmax_math.hpp (max_sum_add per thread, max_sum_merge across the
+// warp and the block), so the maximum is subtracted before every exp and the
+// row is read once for its statistics. fp16 in, FP32 arithmetic throughout,
+// each stored result rounded once to fp16 (nearest-even, overflow to ±inf,
+// subnormals kept). Rows are row-major and contiguous; no two arrays may
+// overlap. A size < 0, a null pointer that is required or an option out of
+// range throws std::invalid_argument before any launch; more rows than a grid
+// holds, or more elements than 64-bit offsets hold, std::length_error. Queued
+// on the default stream.
+
+/// How the per-row losses of softmax_cross_entropy become the loss
+/// (PyTorch's `reduction` argument of torch.nn.functional.cross_entropy).
+enum class Reduction : int {
+  none = 0,  ///< no reduction: the per-row losses are the result
+  mean = 1,  ///< their sum divided by the number of rows whose target is not ignore_index
+  sum = 2,   ///< their sum
+};
+
+/// The options of torch.nn.functional.cross_entropy that the fused kernel
+/// takes (class weights are not supported).
+struct CrossEntropyOptions {
+  std::int32_t ignore_index = -100;       ///< rows with this target get no loss and zero gradient
+  float label_smoothing = 0.0f;           ///< ε in [0, 1]: the target is (1 − ε)·onehot + ε/K
+  Reduction reduction = Reduction::mean;  ///< how the per-row losses are combined
+};
+
+/// The fused softmax cross-entropy kernels, simplest first.
+enum class SoftmaxCeVersion : int {
+  block_per_row = 1,  ///< one block of 256 threads per row, one fp16 code per load
+  vectorized = 2,     ///< one block of 512 threads per row, 16-byte loads and stores (8 codes)
+};
+
+/// Softmax cross-entropy forward and backward in one kernel (llm.c's fused
+/// classifier): logits fp16 [rows, classes], targets int32 [rows].
+/// Per row, in FP32, with lse = log Σⱼ exp(zⱼ) from one online (max, sum)
+/// pass and K = classes:
+///   loss  = lse − z_y                                   (ε = 0)
+///   loss  = (1 − ε)·(lse − z_y) + ε·(lse − Σⱼ zⱼ / K)    (ε > 0)
+///   dzⱼ   = g·(softmaxⱼ − (1 − ε)·[j = y] − ε/K), rounded once to fp16
+/// with g = dloss for Reduction::sum and none, and dloss / (the number of
+/// rows whose target is not ignore_index) for mean: the gradient of
+/// dloss·(the reduced loss), dloss being the loss scale (for none, the
+/// gradient of dloss·Σ losses). The same per-row loss and the same mean as
+/// PyTorch (aten/src/ATen/native/LossNLL.cpp, cross_entropy_loss_label_smoothing:
+/// (1 − ε)·nll + (ε/K)·Σⱼ(−log softmaxⱼ)).
+///   - d_losses (f32 [rows], required): the per-row losses, 0 where the
+///     target is ignore_index (PyTorch's reduction='none').
+///   - d_loss (f32, one value): the mean or the sum (NaN for a mean over no
+///     counted rows, 0/0 as in PyTorch); required for mean and sum, unused
+///     (may be nullptr) for none. For mean it also carries g between the
+///     kernels of one call.
+///   - d_dlogits (fp16 [rows, classes]): the gradient, exactly 0 on ignored
+///     rows; nullptr: forward only.
+/// A NaN logit makes its row's loss and gradient NaN and nothing else (the
+/// mean and sum, which add it, become NaN too). A target outside [0, K) that
+/// is not ignore_index makes its row's loss and gradient NaN (PyTorch stops
+/// with a device-side assertion; a kernel cannot throw, and a NaN loss does
+/// not go unnoticed). Requires rows >= 0, classes >= 1, ε in [0, 1], d_logits
+/// and d_targets non-null when rows > 0. Version 2 needs classes % 8 == 0 and
+/// 16-byte aligned logits and gradient; otherwise the call runs version 1.
+void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Code* d_logits,
+                           const std::int32_t* d_targets, float dloss, const CrossEntropyOptions& options,
+                           float* d_losses, float* d_loss, Fp16Code* d_dlogits,
+                           SoftmaxCeVersion v = SoftmaxCeVersion::vectorized);
+
+/// Softmax of attention rows with a mask: scores fp16 [rows, cols], output
+/// fp16 probabilities [rows, cols], FP32 in between. Column c of row r takes
+/// part when d_mask[r·cols + c] is true (d_mask bool [rows, cols]; nullptr:
+/// every column) and, with causal, when c <= r mod cols (the rows are
+/// stacked [cols, cols] blocks of query rows, PyTorch's is_causal, a lower
+/// triangle of ones, aligned top left; rows must be a multiple of cols).
+///   pᵣ꜀ = exp(z − max) / Σ exp(z − max) over the kept columns, 0 elsewhere.
+/// A row with no kept column (or only kept −inf scores) outputs zeros: the
+/// attention of a query that may see nothing adds nothing (PyTorch's softmax
+/// would give NaN there, which then poisons the whole backward). A NaN among
+/// the kept scores makes the row's kept probabilities NaN; masked ones stay
+/// 0. One warp per row. Queued.
+void masked_softmax(std::int64_t rows, std::int64_t cols, const Fp16Code* d_scores, const bool* d_mask,
+                    bool causal, Fp16Code* d_probs);
 
 }  // namespace mpt::cuda
