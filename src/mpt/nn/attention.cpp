@@ -247,8 +247,9 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   return r;
 }
 
-AttentionGrads scaled_dot_product_attention_backward(const AttentionState& st, const Tensor& dout,
+AttentionGrads scaled_dot_product_attention_backward(const AttentionState& saved, const Tensor& dout,
                                                      Context& ctx, std::string_view path) {
+  const AttentionState& st = saved;
   if (st.q.dim() < 3 || st.probs.dim() != st.q.dim())
     throw std::invalid_argument(who(path) + ": backward without a forward (the saved state is empty)");
   const int r = st.q.dim();
