@@ -268,7 +268,8 @@ TEST_CASE("SDPA with large logits: the maximum is subtracted (no overflow in exp
 }
 
 TEST_CASE("the causal mask: row i sees keys j <= i (top-left aligned, also with Lq != Lk)") {
-  for (const auto& [lq, lk] : {std::pair<std::int64_t, std::int64_t>{4, 4}, {3, 5}, {5, 3}}) {
+  for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{4, 4}, {3, 5}, {5, 3}}) {
+    const std::int64_t lq = shape.first, lk = shape.second;
     CAPTURE(lq);
     CAPTURE(lk);
     const std::int64_t n = 2, d = 4;
@@ -596,7 +597,7 @@ TEST_CASE("MultiHeadSelfAttention in f16: the policy's dtypes, the trace's paths
   Context ctx = context(DType::f16);
   Trace trace;
   ctx.set_trace(&trace);
-  const VecD x = randn(2 * 3 * 8, 81);
+  const VecD x = randn(48, 81);
   const Tensor y = mhsa.forward(tensor(x, {2, 3, 8}, DType::f16), ctx);
   CHECK(y.dtype() == DType::f16);
   const Tensor dx = mhsa.backward(tensor(randn(48, 82), {2, 3, 8}, DType::f16), ctx);
@@ -617,7 +618,7 @@ TEST_CASE("MultiHeadSelfAttention in f16: the policy's dtypes, the trace's paths
 }
 
 TEST_CASE("the trace entry of SDPA: what it read, computed in and wrote; casts at its boundary are counted") {
-  const VecD q = randn(2 * 3 * 4, 91), k = randn(2 * 5 * 4, 92), v = randn(2 * 5 * 2, 93);
+  const VecD q = randn(24, 91), k = randn(40, 92), v = randn(20, 93);
   Context ctx = context(DType::f16);
   Trace trace;
   ctx.set_trace(&trace);
