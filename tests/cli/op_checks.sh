@@ -193,7 +193,7 @@ $(diff "$WORK/known_sorted" "$WORK/all")"
   grep -qx softmax "$WORK/rest" || fail "softmax should be listed as not runnable yet"
   grep -qx matmul "$WORK/rest" || fail "matmul (no layer) should be listed as not runnable yet"
   expect_out_regex '^matmul +2 +a matrix product'
-  expect_out_regex '^embedding +- +rows of a table'
+  expect_out_regex '^embedding +4 +rows of a table'
   # Each runnable op is a subcommand, and each not-runnable one is told so.
   while read -r op; do
     run op "$op" --help

@@ -16,7 +16,7 @@ const std::vector<OpInfo>& known_ops() {
       {"linear", OpKind::matmul, 2, "y = x W^T + b (torch.nn.functional.linear)"},
       {"matmul", OpKind::matmul, 2, "a matrix product, products summed in the compute dtype"},
       {"conv2d", OpKind::matmul, 3, "2-D convolution"},
-      {"scaled_dot_product_attention", OpKind::matmul, 0, "softmax(Q K^T / sqrt(d) + mask) V"},
+      {"scaled_dot_product_attention", OpKind::matmul, 4, "softmax(Q K^T / sqrt(d) + mask) V"},
       {"relu", OpKind::pointwise, 2, "max(x, 0)"},
       {"gelu", OpKind::pointwise, 2, "x Phi(x), exact (erf) or tanh-approximated"},
       {"add", OpKind::pointwise, 0, "a + b, elementwise"},
@@ -29,7 +29,7 @@ const std::vector<OpInfo>& known_ops() {
       {"mse_loss", OpKind::loss, 2, "mean squared error"},
       {"max_pool2d", OpKind::pooling, 3, "2-D max pooling"},
       {"avg_pool2d", OpKind::pooling, 3, "2-D average pooling"},
-      {"embedding", OpKind::lookup, 0, "rows of a table selected by index"},
+      {"embedding", OpKind::lookup, 4, "rows of a table selected by index"},
   };
   return ops;
 }
