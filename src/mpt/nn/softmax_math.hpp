@@ -24,11 +24,11 @@
 // (aten/src/ATen/native/cpu/SoftmaxKernel.cpp: max, then the sum of exp(x −
 // max)) and of Chapter 2's cross-entropy, whose numbers must not change.
 //
-// Special values follow PyTorch's softmax (pytorch/pytorch issue 6864 shows
-// them): a −inf logit is a masked position (probability 0); a row of −inf
-// only, or an empty row, has (max, sum) = (−inf, 0) and a softmax of NaN
-// (0/0); a +inf logit makes the row's sum NaN (exp(inf − inf)), so the whole
-// row's softmax is NaN; a NaN logit makes the whole row NaN.
+// Special values follow PyTorch's softmax, whose two passes give them too:
+// a −inf logit is a masked position (probability 0); a row of −inf only, or
+// an empty row, has (max, sum) = (−inf, 0) and a softmax of NaN (0/0); a
+// +inf logit makes the row's sum NaN (exp(inf − inf)), so the whole row's
+// softmax is NaN; a NaN logit makes the whole row NaN.
 #pragma once
 
 #include <cmath>
