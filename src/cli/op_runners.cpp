@@ -1,8 +1,10 @@
-// Chapter 03 — `mpt op`: the runnable ops (see op_runners.hpp).
+// All chapters — `mpt op`: the runnable ops (see op_runners.hpp).
 // Depends on: op_runners.hpp, cli_support.hpp (UsageError, number parsing),
 // and the mpt library's nn tier (Linear, ReLU, GELU, the losses of Chapter 2;
-// BatchNorm, LayerNorm, Conv2d, MaxPool2d, AvgPool2d of Chapter 3), core
-// tier (Context, Policy, Rng, Tensor).
+// BatchNorm, LayerNorm, Conv2d, MaxPool2d, AvgPool2d of Chapter 3; softmax,
+// log_softmax, cross_entropy's options and nll_loss of Chapter 4), core tier
+// (Context, Policy, Rng, Tensor). Chapter 3 made the table; each chapter
+// adds its ops to it.
 //
 // A runner checks its own options and the input's shape first, then takes
 // its blocks of stdin, builds the layer with the call's policy, runs it
@@ -31,6 +33,7 @@
 #include "mpt/nn/linear.hpp"
 #include "mpt/nn/losses.hpp"
 #include "mpt/nn/pooling.hpp"
+#include "mpt/nn/softmax.hpp"
 
 namespace mpt::cli::op {
 
@@ -272,8 +275,9 @@ std::vector<OpOutput> run_gelu(const OpCall& c, StdinNumbers& in) {
 }
 
 // ---------------------------------------------------------------------------
-// mse_loss, cross_entropy: the loss (f32, a scalar); with --backward dy is
-// one number, the gradient arriving at the loss (1, or a loss scale S)
+// mse_loss, cross_entropy, nll_loss: the loss (f32, a scalar, or one per row
+// for --reduction none); with --backward dy is the gradient arriving at the
+// loss (1, or a loss scale S): one number, or one per row for none
 
 Tensor scalar(float v) {
   Tensor t(DType::f32, {});
@@ -295,9 +299,17 @@ std::vector<OpOutput> run_mse_loss(const OpCall& c, StdinNumbers& in) {
   return out;
 }
 
-std::vector<int> class_ids(const OpCall& c) {
+// --ignore-index: any whole number (PyTorch's default -100).
+int ignore_index_of(const OpCall& c) {
+  return static_cast<int>(integer_option(c, "--ignore-index", std::numeric_limits<int>::min(),
+                                         std::numeric_limits<int>::max(),
+                                         "a class id to ignore, e.g. --ignore-index -100"));
+}
+
+std::vector<int> class_ids(const OpCall& c, int ignore_index) {
   const std::int64_t rows = c.shape[0], classes = c.shape[1];
   const std::string valid = "give one class id per row of x, each from 0 to " + std::to_string(classes - 1) +
+                            " or the --ignore-index " + std::to_string(ignore_index) +
                             ", separated by commas (e.g. --targets " + (classes > 1 ? "1,0" : "0,0") +
                             " for 2 rows)";
   const std::string& text = required_option(c, "--targets", "the class of each row of x; " + valid);
@@ -306,7 +318,8 @@ std::vector<int> class_ids(const OpCall& c) {
   std::istringstream items(text);
   while (std::getline(items, item, ',')) {
     long long v = 0;
-    if (!parse_integer(item, 0, classes - 1, v))
+    const bool ignored = parse_integer(item, ignore_index, ignore_index, v);
+    if (!ignored && !parse_integer(item, 0, classes - 1, v))
       throw UsageError("--targets: '" + item + "' is not a class of x (--shape " + shape_string(c.shape) +
                        "); " + valid);
     ids.push_back(static_cast<int>(v));
@@ -318,14 +331,76 @@ std::vector<int> class_ids(const OpCall& c) {
   return ids;
 }
 
+Reduction reduction_of(const OpCall& c) {
+  const std::string& r = c.options.at("--reduction");
+  if (r == "mean") return Reduction::mean;
+  if (r == "sum") return Reduction::sum;
+  if (r == "none") return Reduction::none;
+  throw UsageError("--reduction: unknown reduction '" + r + "'; valid: mean, sum, none");
+}
+
+// dy of a loss: one number for mean and sum, one per row for none.
+Tensor loss_gradient(StdinNumbers& in, Reduction r, std::int64_t rows) {
+  const Shape s = r == Reduction::none ? Shape{rows} : Shape{};
+  const std::vector<float> v = in.take("dy", s);
+  return Tensor::from_f32(v.data(), s, DType::f32);
+}
+
 std::vector<OpOutput> run_cross_entropy(const OpCall& c, StdinNumbers& in) {
   require_dims(c, 2, "cross_entropy", "logits x [B, C]");
-  const std::vector<int> ids = class_ids(c);
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index_of(c);
+  const double eps = number_option(c, "--label-smoothing");
+  if (!(eps >= 0 && eps <= 1))
+    throw UsageError("--label-smoothing: '" + c.options.at("--label-smoothing") +
+                     "' is not a label smoothing; give a number from 0 to 1");
+  o.label_smoothing = static_cast<float>(eps);
+  o.reduction = reduction_of(c);
+  const std::vector<int> ids = class_ids(c, o.ignore_index);
   const Tensor x = input(c, in, c.shape);
   Context ctx(c.policy);
-  std::vector<OpOutput> out = {{"loss", scalar(cross_entropy_loss(x, ids, ctx))}};
-  if (c.backward) out.push_back({"dx", cross_entropy_backward(x, ids, loss_gradient(in), ctx)});
+  std::vector<OpOutput> out = {{"loss", cross_entropy(x, ids, o, ctx)}};
+  if (c.backward)
+    out.push_back({"dx", cross_entropy_backward(x, ids, o, loss_gradient(in, o.reduction, c.shape[0]), ctx)});
   return out;
+}
+
+std::vector<OpOutput> run_nll_loss(const OpCall& c, StdinNumbers& in) {
+  require_dims(c, 2, "nll_loss", "log-probabilities x [B, C]");
+  NllLossOptions o;
+  o.ignore_index = ignore_index_of(c);
+  o.reduction = reduction_of(c);
+  const std::vector<int> ids = class_ids(c, o.ignore_index);
+  const Tensor x = input(c, in, c.shape);
+  Context ctx(c.policy);
+  std::vector<OpOutput> out = {{"loss", nll_loss(x, ids, o, ctx)}};
+  if (c.backward)
+    out.push_back({"dx", nll_loss_backward(x, ids, o, loss_gradient(in, o.reduction, c.shape[0]), ctx)});
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// softmax, log_softmax: over the last dimension of any shape
+
+std::vector<OpOutput> run_softmax_kind(const OpCall& c, StdinNumbers& in, bool log) {
+  Context ctx(c.policy);
+  const Tensor x = input(c, in, c.shape);
+  const Tensor y = log ? log_softmax(x, ctx) : softmax(x, ctx);
+  std::vector<OpOutput> out = {{"y", y}};
+  if (c.backward) {
+    const Tensor dy = output_gradient(in, y, y.shape());
+    out.push_back(
+        {"dx", log ? log_softmax_backward(y, dy, x.dtype(), ctx) : softmax_backward(y, dy, x.dtype(), ctx)});
+  }
+  return out;
+}
+
+std::vector<OpOutput> run_softmax(const OpCall& c, StdinNumbers& in) {
+  return run_softmax_kind(c, in, false);
+}
+
+std::vector<OpOutput> run_log_softmax(const OpCall& c, StdinNumbers& in) {
+  return run_softmax_kind(c, in, true);
 }
 
 // ---------------------------------------------------------------------------
@@ -531,13 +606,43 @@ const std::vector<OpEntry>& op_table() {
          ""}},
        true,
        run_batch_norm},
+      {"softmax",
+       "x, any shape; over its last dimension",
+       "y; --backward: dx (dy as y)",
+       "--shape 2x3",
+       {},
+       false,
+       run_softmax},
+      {"log_softmax",
+       "x, any shape; over its last dimension",
+       "y; --backward: dx (dy as y)",
+       "--shape 2x3",
+       {},
+       false,
+       run_log_softmax},
       {"cross_entropy",
        "logits x [B, C]; class ids from --targets",
-       "loss (f32, the mean over rows); --backward: dx",
+       "loss (f32; the mean over rows not ignored, the sum, or [B] for none); --backward: dx",
        "--shape 2x3 --targets 2,0",
-       {{"--targets", "IDS", "the class id of each row of x, 0 to C-1, separated by commas; required", ""}},
+       {{"--targets", "IDS",
+         "the class id of each row of x, 0 to C-1 or the --ignore-index, separated by commas; required", ""},
+        {"--ignore-index", "N", "a target that adds no loss and no gradient, and is not counted by the mean",
+         "-100"},
+        {"--label-smoothing", "E", "the target is (1-E) onehot + E/C, E from 0 to 1", "0"},
+        {"--reduction", "R", "mean, sum or none (one loss per row)", "mean"}},
        false,
        run_cross_entropy},
+      {"nll_loss",
+       "log-probabilities x [B, C]; class ids from --targets",
+       "loss (f32; the mean over rows not ignored, the sum, or [B] for none); --backward: dx",
+       "--shape 2x3 --targets 2,0",
+       {{"--targets", "IDS",
+         "the class id of each row of x, 0 to C-1 or the --ignore-index, separated by commas; required", ""},
+        {"--ignore-index", "N", "a target that adds no loss and no gradient, and is not counted by the mean",
+         "-100"},
+        {"--reduction", "R", "mean, sum or none (one loss per row)", "mean"}},
+       false,
+       run_nll_loss},
       {"mse_loss",
        "x, any shape; then a target of the same shape (stdin, f32)",
        "loss (f32, the mean over all elements); --backward: dx",

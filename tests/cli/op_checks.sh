@@ -163,8 +163,8 @@ listed_not_runnable() {
   awk '/^not runnable from the command line yet/ { on = 1; getline; next } on && NF == 0 { exit } on { print $1 }' "$OUT"
 }
 
-RUNNABLE="linear conv2d relu gelu layer_norm batch_norm cross_entropy mse_loss max_pool2d avg_pool2d"
-RUNNABLE_LIST="linear, conv2d, relu, gelu, layer_norm, batch_norm, cross_entropy, mse_loss, max_pool2d, avg_pool2d"
+RUNNABLE="linear conv2d relu gelu layer_norm batch_norm softmax log_softmax cross_entropy nll_loss mse_loss max_pool2d avg_pool2d"
+RUNNABLE_LIST="linear, conv2d, relu, gelu, layer_norm, batch_norm, softmax, log_softmax, cross_entropy, nll_loss, mse_loss, max_pool2d, avg_pool2d"
 
 case "$CASE" in
 
@@ -176,6 +176,8 @@ list)
   expect_out_regex '^linear +2 +x \[B, in\] +y \[B, out\], weight \[out, in\], bias \[out\]; --backward: dx, dweight, dbias +y = x W\^T \+ b'
   expect_out_regex '^relu +2 +x, any shape +y; --backward: dx +max\(x, 0\)$'
   expect_out_regex '^cross_entropy +2 +logits x \[B, C\]; class ids from --targets'
+  expect_out_regex '^softmax +4 +x, any shape; over its last dimension +y; --backward: dx'
+  expect_out_regex '^nll_loss +4 +log-probabilities x \[B, C\]'
   expect_out_regex '^batch_norm +3 +x \[N, C\], \[N, C, L\] or \[N, C, H, W\]'
   expect_out_regex '^conv2d +3 +x \[N, C, H, W\] +y \[N, out, H., W.\], weight \[out, C, k, k\]'
   listed_runnable >"$WORK/runnable"
@@ -190,7 +192,7 @@ list)
   sort "$WORK/known" >"$WORK/known_sorted"
   cmp -s "$WORK/all" "$WORK/known_sorted" || fail "the list does not name every known op exactly once:
 $(diff "$WORK/known_sorted" "$WORK/all")"
-  grep -qx softmax "$WORK/rest" || fail "softmax should be listed as not runnable yet"
+  grep -qx scaled_dot_product_attention "$WORK/rest" || fail "attention should be listed as not runnable yet"
   grep -qx matmul "$WORK/rest" || fail "matmul (no layer) should be listed as not runnable yet"
   expect_out_regex '^matmul +2 +a matrix product'
   expect_out_regex '^embedding +4 +rows of a table'
@@ -426,6 +428,104 @@ for i in range(2):
 assert out["loss"][:2] == ("f32", [])
 close(out["loss"][2], [loss], 1e-6, "loss")
 close(out["dx"][2], dx, 1e-6, "dx with dloss 2")
+PY
+  ;;
+
+softmax)
+  need_python
+  # Over the last dimension of a 2x2x3 input; --backward reads dy as y.
+  xs="1 2 3   -1 0.5 4   100 101 102   0 0 0"
+  dys="1 0 0   0.5 -1 2   1 1 1   3 -2 0.25"
+  for op in softmax log_softmax; do
+    run_in "$xs $dys" op $op --shape 2x2x3 --backward
+    expect_rc 0
+    check_py $op $xs $dys <<'PY'
+op, v = args[0], [float(a) for a in args[1:]]
+x, dy = v[:12], v[12:]
+assert list(out) == ["y", "dx"], list(out)
+assert out["y"][:2] == ("f32", [2, 2, 3]) and out["dx"][:2] == ("f32", [2, 2, 3])
+def f(z):
+    y = []
+    for r in range(4):
+        row = z[3 * r:3 * r + 3]
+        m = max(row)
+        lse = m + math.log(sum(math.exp(a - m) for a in row))
+        y += [a - lse if op == "log_softmax" else math.exp(a - lse) for a in row]
+    return y
+close(out["y"][2], f(x), 1e-6, "y", 1e-7)
+close(out["dx"][2], grad_fd(f, x, dy), 1e-5, "dx (central differences)", 1e-6)
+PY
+  done
+  # f16 in, f16 out; the exponentials of ±60000 never overflow.
+  run_in "60000 -60000 0" op softmax --shape 3 --dtype f16
+  expect_rc 0
+  check_py <<'PY'
+assert out["y"][0] == "f16"
+assert out["y"][2] == [1.0, 0.0, 0.0], out["y"][2]
+PY
+  ;;
+
+cross_entropy_options)
+  need_python
+  xs="1 2 3   -1 0.5 4   2 2 2   0 7 -3"
+  for red in mean sum none; do
+    if [ "$red" = none ]; then dys="1 2 -1 0.5"; else dys="2"; fi
+    run_in "$xs $dys" op cross_entropy --shape 4x3 --targets 2,-100,0,1 --label-smoothing 0.1 --reduction $red --backward
+    expect_rc 0
+    check_py $red $xs $dys <<'PY'
+red, v = args[0], [float(a) for a in args[1:]]
+z, dl = v[:12], v[12:]
+t, eps = [2, -100, 0, 1], f32(0.1)
+def rows(z):
+    out = []
+    for i in range(4):
+        if t[i] == -100:
+            out.append(0.0)
+            continue
+        row = z[3 * i:3 * i + 3]
+        m = max(row)
+        lse = m + math.log(sum(math.exp(a - m) for a in row))
+        out.append((1 - eps) * (lse - row[t[i]]) + eps * (lse - sum(row) / 3))
+    return out
+def loss(z):
+    r = rows(z)
+    return r if red == "none" else [sum(r) / 3] if red == "mean" else [sum(r)]
+want_shape = [4] if red == "none" else []
+assert out["loss"][:2] == ("f32", want_shape), out["loss"][:2]
+close(out["loss"][2], loss(z), 1e-6, "loss", 1e-7)
+assert out["dx"][:2] == ("f32", [4, 3])
+close(out["dx"][2], grad_fd(loss, z, dl), 1e-5, "dx (central differences)", 1e-6)
+assert out["dx"][2][3:6] == [0.0, 0.0, 0.0], "the ignored row has no gradient"
+PY
+  done
+  # Every target ignored: the mean is 0/0 = NaN, as PyTorch's.
+  run_in "1 2 3 4" op cross_entropy --shape 2x2 --targets 1,1 --ignore-index 1
+  expect_rc 0
+  check_py <<'PY'
+assert math.isnan(out["loss"][2][0]), out["loss"]
+PY
+  # f16 logits: an f32 loss, an f16 gradient.
+  run_in "1 2 3 1" op cross_entropy --shape 1x3 --targets 0 --dtype f16 --backward
+  expect_rc 0
+  check_py <<'PY'
+assert out["loss"][0] == "f32" and out["dx"][0] == "f16", (out["loss"][0], out["dx"][0])
+PY
+  ;;
+
+nll_loss)
+  need_python
+  xs="-0.5 -1.5 -2   -0.25 -3 -1.75"
+  run_in "$xs 4" op nll_loss --shape 2x3 --targets 1,2 --backward
+  expect_rc 0
+  check_py <<'PY'
+assert list(out) == ["loss", "dx"]
+close(out["loss"][2], [(1.5 + 1.75) / 2], 1e-7, "loss")
+assert out["dx"][2] == [0.0, -2.0, 0.0, 0.0, 0.0, -2.0], out["dx"][2]
+PY
+  run_in "$xs" op nll_loss --shape 2x3 --targets 1,-100 --reduction none
+  expect_rc 0
+  check_py <<'PY'
+assert out["loss"][1] == [2] and out["loss"][2] == [1.5, 0.0], out["loss"]
 PY
   ;;
 
@@ -672,8 +772,8 @@ bad_input)
   # Names.
   run op frobnicate
   expect_usage_error "unknown op 'frobnicate'" "runnable ops: $RUNNABLE_LIST"
-  run op softmax
-  expect_usage_error "'softmax' is a known op but not runnable from the command line yet"
+  run op embedding
+  expect_usage_error "'embedding' is a known op but not runnable from the command line yet"
   run op
   expect_usage_error "missing op name" "runnable ops:"
   run op relu --shape 2 --out-features 3
@@ -747,6 +847,22 @@ bad_input)
   expect_usage_error "--targets: '3' is not a class of x" "from 0 to 2"
   run op cross_entropy --shape 2x3 --targets 1,
   expect_usage_error "--targets: '1,' ends with a comma"
+  run op cross_entropy --shape 2x3 --targets 1,-100 --ignore-index -1
+  expect_usage_error "--targets: '-100' is not a class of x" "or the --ignore-index -1"
+  run op cross_entropy --shape 2x3 --targets 1,0 --ignore-index x
+  expect_usage_error "--ignore-index: 'x' is not a class id to ignore"
+  run op cross_entropy --shape 2x3 --targets 1,0 --label-smoothing 1.5
+  expect_usage_error "--label-smoothing: '1.5' is not a label smoothing; give a number from 0 to 1"
+  run op cross_entropy --shape 2x3 --targets 1,0 --reduction avg
+  expect_usage_error "--reduction: unknown reduction 'avg'; valid: mean, sum, none"
+  run_in "1 2 3 4 5 6 1" op cross_entropy --shape 2x3 --targets 1,0 --reduction none --backward
+  expect_usage_error "stdin: expected 8 numbers, 6 for x (2x3), then 2 for dy (2); got 7"
+  run op nll_loss --shape 6 --targets 1
+  expect_usage_error "nll_loss takes log-probabilities x [B, C], 2 dimensions; this shape has 1"
+  run op nll_loss --shape 2x3 --targets 1,3
+  expect_usage_error "--targets: '3' is not a class of x" "from 0 to 2"
+  run_in "1 2 3" op softmax --shape 3 --backward
+  expect_usage_error "stdin: expected 6 numbers, 3 for x (3), then 3 for dy (3); got 3"
   run op conv2d --shape 2x3 --out-channels 1 --kernel-size 1
   expect_usage_error "conv2d takes x [N, C, H, W], 4 dimensions; this shape has 2"
   run op conv2d --shape 1x1x4x4 --out-channels 1

@@ -1,5 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights: the layers' formulas.
-// Depends on: gemm.hpp (matmul, Op), tensor.hpp (Mat).
+// Depends on: gemm.hpp (matmul, Op), tensor.hpp (Mat), softmax_math.hpp (the
+// cross-entropy rows, shared with Chapter 4).
 //
 // The math of every layer and loss of Chapter 2, written once and templated
 // on the scalar: the layers (linear.hpp, activations.hpp, losses.hpp) run it
@@ -15,6 +16,7 @@
 
 #include "mpt/core/tensor.hpp"
 #include "mpt/nn/gemm.hpp"
+#include "mpt/nn/softmax_math.hpp"
 
 namespace mpt {
 
@@ -110,40 +112,34 @@ inline void check_labels(Eigen::Index rows, Eigen::Index classes, const std::vec
 }
 
 /// Mean softmax cross-entropy (PyTorch's F.cross_entropy, reduction='mean').
-/// logits [B, C], labels B class ids. Each row's max is subtracted before
-/// exp so nothing overflows; Chapter 4 returns to this function's accuracy.
+/// logits [B, C], labels B class ids. One implementation with Chapter 4's:
+/// cross_entropy_rows of softmax_math.hpp with its default options (no
+/// ignored class, no label smoothing), whose order of operations is this
+/// function's: each row's max first (so nothing overflows), Σ exp(z − max)
+/// left to right, log(sum) − (z_y − max), the rows' sum divided by B.
 template <typename T>
 T cross_entropy_forward(const Mat<T>& logits, const std::vector<int>& labels) {
   check_labels(logits.rows(), logits.cols(), labels);
-  T total = T(0);
-  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
-    const T m = logits.row(i).maxCoeff();
-    T sum = T(0);
-    for (Eigen::Index j = 0; j < logits.cols(); ++j) sum += std::exp(logits(i, j) - m);
-    // −log softmax at the label, as log-softmax computes it: (z_y − m) is
-    // exact-ish and small, so no large m cancels against m.
-    total += std::log(sum) - (logits(i, labels[static_cast<std::size_t>(i)]) - m);
-  }
-  return total / T(logits.rows());
+  const auto logit = [&](std::int64_t i, std::int64_t j) { return logits(i, j); };
+  const auto target = [&](std::int64_t i) { return std::int64_t{labels[static_cast<std::size_t>(i)]}; };
+  const LossTotal<T> t =
+      cross_entropy_rows<T>(logit, logits.rows(), logits.cols(), target, -100, T(0), [](std::int64_t, T) {});
+  return reduce_loss(t, Reduction::mean);
 }
 
-/// Gradient of dloss · cross_entropy_forward: [B, C] = dloss·(softmax − onehot)/B.
+/// Gradient of dloss · cross_entropy_forward: [B, C] = (softmax − onehot)·(dloss/B).
 /// dloss is the gradient arriving from above: 1 for the plain loss, the loss
-/// scale S when the loss was multiplied by S (GradScaler::scale).
+/// scale S when the loss was multiplied by S (GradScaler::scale). Chapter 4's
+/// cross_entropy_backward_row with its default options.
 template <typename T>
 Mat<T> cross_entropy_backward(const Mat<T>& logits, const std::vector<int>& labels, T dloss) {
   check_labels(logits.rows(), logits.cols(), labels);
-  const T g = dloss / T(logits.rows());
+  const T g = row_gradient(dloss, logits.rows(), Reduction::mean);
   Mat<T> d(logits.rows(), logits.cols());
-  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
-    const T m = logits.row(i).maxCoeff();
-    T sum = T(0);
-    for (Eigen::Index j = 0; j < logits.cols(); ++j) sum += (d(i, j) = std::exp(logits(i, j) - m));
-    for (Eigen::Index j = 0; j < logits.cols(); ++j) {
-      const T onehot = j == labels[static_cast<std::size_t>(i)] ? T(1) : T(0);
-      d(i, j) = (d(i, j) / sum - onehot) * g;
-    }
-  }
+  for (Eigen::Index i = 0; i < logits.rows(); ++i)
+    cross_entropy_backward_row<T>([&](std::int64_t j) { return logits(i, j); }, logits.cols(),
+                                  labels[static_cast<std::size_t>(i)], -100, T(0), g,
+                                  [&](std::int64_t j, T v) { d(i, j) = v; });
   return d;
 }
 
