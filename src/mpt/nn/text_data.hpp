@@ -86,8 +86,10 @@ TokenBatch sample_windows(const std::vector<int>& tokens, std::size_t begin, std
 /// The first 90 % of the tokens (training) and the rest (validation), as
 /// the [begin, end) offsets to pass to sample_windows.
 struct TextSplit {
-  std::size_t train_begin = 0, train_end = 0;  ///< [begin, end) of the training tokens
-  std::size_t valid_begin = 0, valid_end = 0;  ///< [begin, end) of the validation tokens
+  std::size_t train_begin = 0;  ///< first training token
+  std::size_t train_end = 0;    ///< one past the last training token
+  std::size_t valid_begin = 0;  ///< first validation token
+  std::size_t valid_end = 0;    ///< one past the last validation token
 };
 /// The split of n tokens: training [0, ⌊0.9·n⌋), validation the rest.
 TextSplit split_text(std::size_t n);
