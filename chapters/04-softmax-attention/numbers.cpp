@@ -170,11 +170,11 @@ int fused() {
   std::vector<float> z16_values(z.size());
   z16.to_f32(z16_values.data());
   const double ref = fp64_cross_entropy(z16_values, rows, k, y);
-  std::printf(
-      "  loss: FP64 %s; fused %s (relative error %s: 8 lanes, then a tree); library %s (%s: one\n"
-      "  sum left to right, Chapter 2's order)\n",
-      dec(ref).c_str(), dec(fused_loss).c_str(), g3(std::fabs(fused_loss - ref) / ref).c_str(),
-      dec(lib_loss).c_str(), g3(std::fabs(lib_loss - ref) / ref).c_str());
+  std::printf("  loss: FP64 %s\n", dec(ref).c_str());
+  std::printf("        fused   %s (relative error %s: 8 lanes, then a tree)\n", dec(fused_loss).c_str(),
+              g3(std::fabs(fused_loss - ref) / ref).c_str());
+  std::printf("        library %s (relative error %s: one sum left to right, Chapter 2's order)\n",
+              dec(lib_loss).c_str(), g3(std::fabs(lib_loss - ref) / ref).c_str());
   std::printf(
       "  gradient: %zu of %zu fp16 values differ, by at most %s fp16 ulp (mpt's exp and the\n"
       "  library's expf round differently; each gradient is rounded to fp16 once)\n",
