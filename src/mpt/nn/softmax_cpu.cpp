@@ -47,35 +47,34 @@ std::uint16_t narrow(float v) {
   return code;
 }
 
-/// Pass 1, portable: the lanes of row_max_avx2, then the rest.
-void row_max(const std::uint16_t* z, std::int64_t n, bool avx2, float* max, bool* nonfinite) {
+/// Pass 1, portable: the lanes of row_max_avx2, then the rest. A NaN is
+/// passed over (v > max is false), as the vector max passes it over; pass 2
+/// sees it.
+float row_max(const std::uint16_t* z, std::int64_t n, bool avx2) {
   const std::int64_t n8 = n - n % kLanes;
+  float m = -std::numeric_limits<float>::infinity();
 #if defined(MPT_HAVE_AVX2_PATH)
   if (avx2) {
-    detail::row_max_avx2(z, n, max, nonfinite);
+    m = detail::row_max_avx2(z, n);
   } else
 #endif
   {
     (void)avx2;
     float mx[kLanes];
     for (float& v : mx) v = -std::numeric_limits<float>::infinity();
-    bool bad = false;
     for (std::int64_t j = 0; j < n8; j += kLanes)
       for (int k = 0; k < kLanes; ++k) {
         const float v = widen(z[j + k]);
-        bad = bad || !std::isfinite(v);
         mx[k] = v > mx[k] ? v : mx[k];
       }
-    float m = mx[0];
+    m = mx[0];
     for (int k = 1; k < kLanes; ++k) m = mx[k] > m ? mx[k] : m;
-    *max = m;
-    *nonfinite = bad;
   }
   for (std::int64_t j = n8; j < n; ++j) {
     const float v = widen(z[j]);
-    *nonfinite = *nonfinite || !std::isfinite(v);
-    *max = v > *max ? v : *max;
+    m = v > m ? v : m;
   }
+  return m;
 }
 
 /// Pass 2, portable: e[j] = exp_fused(z[j] − m), their sum s and the sum
@@ -234,15 +233,14 @@ float fused_cross_entropy_f16(const std::uint16_t* logits, std::int64_t rows, st
       if (row_loss) row_loss[i] = 0.0f;
       continue;
     }
-    float m = 0;
-    bool nonfinite = false;
-    row_max(z, classes, avx2, &m, &nonfinite);
-    float loss = 0;
-    if (nonfinite) {
+    const float m = row_max(z, classes, avx2);
+    float s = 0, shifted = 0, loss = 0;
+    row_exp_sum(z, classes, m, avx2, e.data(), &s, &shifted);
+    if (!std::isfinite(m) || !std::isfinite(s)) {
+      // A NaN or +inf logit (or a row of −inf only) reached the sum: the
+      // row again, through the reference's MaxSum.
       loss = nonfinite_row(z, classes, y, eps, g, d);
     } else {
-      float s = 0, shifted = 0;
-      row_exp_sum(z, classes, m, avx2, e.data(), &s, &shifted);
       loss = row_loss_of(std::log(s), widen(z[y]) - m, shifted, classes, eps);
       const float inv_s = 1.0f / s;
       row_grad(e.data(), classes, inv_s, c, g, avx2, d);
@@ -268,9 +266,8 @@ float unfused_cross_entropy_f16(const std::uint16_t* logits, std::int64_t rows, 
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::uint16_t* z = logits + i * classes;
     float* lp = log_p.data() + static_cast<std::size_t>(i) * k;
-    float m = 0, s = 0, shifted = 0;
-    bool nonfinite = false;
-    row_max(z, classes, avx2, &m, &nonfinite);
+    const float m = row_max(z, classes, avx2);
+    float s = 0, shifted = 0;
     row_exp_sum(z, classes, m, avx2, e.data(), &s, &shifted);
     const float lse = m + std::log(s);
     std::int64_t done = 0;

@@ -24,8 +24,9 @@
 // Semantics are torch.nn.functional.cross_entropy's (ignore_index: the row
 // adds no loss and gets a zero gradient, and the mean divides by the rows
 // not ignored; label_smoothing as in aten/src/ATen/native/Loss.cpp). A row
-// with a NaN or an infinite logit goes through softmax_math.hpp's MaxSum as
-// the library's reference does, and gives what PyTorch gives: NaN.
+// whose maximum or sum is not finite — a NaN or a +inf logit, or every
+// logit −inf — is done again through softmax_math.hpp's MaxSum, as the
+// library's reference does it, and gives what PyTorch gives: NaN.
 //
 // exp is mpt's own: e^x = 2ⁿ·e^r with n = round(x·log₂e), r = x − n·ln 2
 // in two fused steps (Cody and Waite's split of ln 2), e^r by the degree-6
@@ -111,11 +112,9 @@ inline constexpr float kExpPoly[7] = {1.0f,          1.0f,           0.5f,      
 // The AVX2 + FMA + F16C loops (softmax_cpu_avx2.cpp; call only when
 // avx2_available(), which checks FMA and F16C too).
 
-/// Pass 1 of a row of fp16 codes, 8 lanes: the maximum, each lane over
-/// the values j ≡ lane (mod 8) of the first n − n mod 8, the lanes then
-/// taken in order; the caller takes the rest. Also whether any value was
-/// NaN or infinite.
-void row_max_avx2(const std::uint16_t* z, std::int64_t n, float* max, bool* nonfinite);
+/// Pass 1 of a row of fp16 codes: the maximum of the first n − n mod 8
+/// values (the caller takes the rest). A NaN is passed over.
+float row_max_avx2(const std::uint16_t* z, std::int64_t n);
 /// Pass 2: e[j] = exp_fused(z[j] − m) for j < n − n mod 8, their sum and
 /// the sum of z[j] − m, each in 8 lanes combined ((0 1)(2 3))((4 5)(6 7));
 /// returns the count done.

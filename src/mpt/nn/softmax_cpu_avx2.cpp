@@ -63,23 +63,24 @@ __m256 exp8_shifted(__m256 d) { return exp8_core(_mm256_max_ps(_mm256_set1_ps(-8
 
 }  // namespace
 
-void row_max_avx2(const std::uint16_t* z, std::int64_t n, float* max, bool* nonfinite) {
-  __m256 mx = _mm256_set1_ps(-__builtin_inff()), bad = _mm256_setzero_ps();
-  const __m256 inf = _mm256_set1_ps(__builtin_inff());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const std::int64_t n8 = n - n % kLanes;
-  for (std::int64_t j = 0; j < n8; j += kLanes) {
-    const __m256 v = load16(z + j);
-    // !isfinite(v): |v| is not below inf (true for inf and NaN).
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_NLT_UQ));
-    mx = _mm256_max_ps(v, mx);  // v > mx ? v : mx, as the portable loop
+float row_max_avx2(const std::uint16_t* z, std::int64_t n) {
+  // Two vectors of lanes, for two independent chains of maxima; the max
+  // does not round, so the order of the lanes cannot change the result
+  // (nor can a NaN, which both the vector max and the portable loop pass over).
+  __m256 mx = _mm256_set1_ps(-__builtin_inff()), my = mx;
+  const std::int64_t n8 = n - n % kLanes, n16 = n - n % (2 * kLanes);
+  std::int64_t j = 0;
+  for (; j < n16; j += 2 * kLanes) {
+    mx = _mm256_max_ps(load16(z + j), mx);  // v > mx ? v : mx, as the portable loop
+    my = _mm256_max_ps(load16(z + j + kLanes), my);
   }
+  for (; j < n8; j += kLanes) mx = _mm256_max_ps(load16(z + j), mx);
+  mx = _mm256_max_ps(my, mx);
   alignas(32) float l[kLanes];
   _mm256_store_ps(l, mx);
   float m = l[0];
   for (int k = 1; k < kLanes; ++k) m = l[k] > m ? l[k] : m;
-  *max = m;
-  *nonfinite = _mm256_movemask_ps(bad) != 0;
+  return m;
 }
 
 std::int64_t row_exp_sum_avx2(const std::uint16_t* z, std::int64_t n, float m, float* e, float* sum,
