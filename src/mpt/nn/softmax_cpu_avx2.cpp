@@ -20,7 +20,7 @@
 namespace mpt::detail {
 namespace {
 
-constexpr int kLanes = 8;
+constexpr std::int64_t kLanes = 8;
 
 __m256 load16(const std::uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
