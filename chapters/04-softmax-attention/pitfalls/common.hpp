@@ -71,12 +71,12 @@ struct AttentionDims {
   std::int64_t dv = 1;  ///< the dimension of a value
 };
 /// softmax(Q Kᵀ·scale, keys with keep[(n·Lq + i)·Lk + j] == 0 removed) V in
-/// double, from the widened q [n, Lq, D], k [n, Lk, D], v [n, Lk, Dv]; an
-/// empty keep keeps every key. A row that keeps no key gives 0 (the choice
+/// double, from the widened q [n, Lq, D], k [n, Lk, D], v [n, Lk, Dv] (the
+/// sizes in g); an empty keep keeps every key. A row that keeps no key gives 0 (the choice
 /// of PyTorch's _safe_softmax and of the library's attention). Returns
 /// [n, Lq, Dv].
 std::vector<double> fp64_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                   const std::vector<float>& v, const AttentionDims& dims, double scale,
+                                   const std::vector<float>& v, const AttentionDims& g, double scale,
                                    const std::vector<std::uint8_t>& keep = {});
 
 /// How far a run's outputs are from the FP64 ones.
