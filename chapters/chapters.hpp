@@ -26,4 +26,10 @@ void register_chapter02_pitfalls(Registry& registry);
 /// statistics folded in during a skipped step.
 void register_chapter03_pitfalls(Registry& registry);
 
+/// Chapter 04 (numerically stable softmax, cross-entropy and attention): a
+/// softmax in fp16 without the max subtraction, the log of a stored softmax,
+/// a loss summed in fp16, additive masks in fp16, Q Kᵀ stored before the
+/// scale, a softmax with autocast disabled.
+void register_chapter04_pitfalls(Registry& registry);
+
 }  // namespace mpt

@@ -15,6 +15,7 @@ const Registry& pitfall_registry() {
     register_chapter01_pitfalls(r);
     register_chapter02_pitfalls(r);
     register_chapter03_pitfalls(r);
+    register_chapter04_pitfalls(r);
     return r;
   }();
   return registry;

@@ -1,0 +1,118 @@
+// Chapter 04 — numerically stable softmax, cross-entropy and attention: what
+// the chapter's pitfalls share, and the declarations of their registry entries.
+// Depends on: ../../03-normalization/pitfalls/common.hpp (h, fp16_ulp,
+// normal_values, and Chapter 2's num, check, within, reused),
+// mpt/core/pitfall.hpp (Check, Pitfall, RunResult), mpt/core/tensor.hpp
+// (Tensor); <cstdint>, <vector>.
+//
+// One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
+// their outcomes and its checks, ending with the function that returns its
+// registry entry (declared here, called by pitfalls/register.cpp). What more
+// than one pitfall uses is here and in common.cpp; the rest stays in its
+// pitfall's file.
+//
+// Every run feeds seeded logits or activations, stored in fp16 as an fp16
+// model would hand them over, to a softmax, a loss or an attention and
+// compares what comes out with the same computation in FP64 (written out in
+// common.cpp, from the same stored inputs). The broken runs hold the
+// arithmetic the library does not do (exponentials and sums in fp16, the
+// log of a stored softmax, masks added in fp16): every value such code
+// would store in fp16 is rounded there, through the library's rounding.
+// Runs take a fraction of a second. The `//! [id-broken]` / `//! [id-fixed]`
+// markers in each pitfall's file delimit the code the chapter text shows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../../03-normalization/pitfalls/common.hpp"
+#include "mpt/core/pitfall.hpp"
+#include "mpt/core/tensor.hpp"
+
+namespace mpt::ch04 {
+
+// ---------------------------------------------------------------------------
+// Small tools shared by the runs.
+
+using ch02::check;
+using ch02::num;
+using ch02::within;
+using ch03::fp16_ulp;
+using ch03::h;
+using ch03::normal_values;
+
+/// fp16's largest finite value (65504), from its format descriptor.
+double fp16_max();
+/// fp16's smallest positive (subnormal) value, 2^-24.
+double fp16_min_subnormal();
+
+/// Every element of t, widened to float.
+std::vector<float> values_of(const Tensor& t);
+
+/// Every element of v rounded to fp16 (where an fp16 model stores it).
+std::vector<float> rounded_to_fp16(std::vector<float> v);
+
+// ---------------------------------------------------------------------------
+// The FP64 references: every pitfall's outputs are compared with them.
+
+/// softmax over each of `rows` rows of `width` values, in double from the
+/// widened values: exp(z − max) / Σ exp(z − max). A row of −inf only is NaN
+/// (0/0), as torch.softmax.
+std::vector<double> fp64_softmax(const std::vector<float>& z, std::int64_t rows, std::int64_t width);
+/// log_softmax over each row in double: (z − max) − log Σ exp(z − max).
+std::vector<double> fp64_log_softmax(const std::vector<float>& z, std::int64_t rows, std::int64_t width);
+
+/// The shapes of one attention: n = batch·heads independent (Lq, Lk) problems.
+struct AttentionDims {
+  std::int64_t n = 1;   ///< batch times heads
+  std::int64_t lq = 1;  ///< query positions
+  std::int64_t lk = 1;  ///< key positions
+  std::int64_t d = 1;   ///< the dimension of a query and a key
+  std::int64_t dv = 1;  ///< the dimension of a value
+};
+/// softmax(Q Kᵀ·scale, keys with keep[(n·Lq + i)·Lk + j] == 0 removed) V in
+/// double, from the widened q [n, Lq, D], k [n, Lk, D], v [n, Lk, Dv] (the
+/// sizes in g); an empty keep keeps every key. A row that keeps no key gives 0 (the choice
+/// of PyTorch's _safe_softmax and of the library's attention). Returns
+/// [n, Lq, Dv].
+std::vector<double> fp64_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, const AttentionDims& g, double scale,
+                                   const std::vector<std::uint8_t>& keep = {});
+
+/// How far a run's outputs are from the FP64 ones.
+struct Errors {
+  double nan = 0;        ///< outputs that are NaN
+  double inf = 0;        ///< outputs that are ±inf
+  double max_error = 0;  ///< the largest |y − y_fp64|; inf when some output is not finite
+  /// The largest |y − y_fp64| in fp16 ulps at |y_fp64| (the spacing of the
+  /// fp16 values there; the subnormal quantum below the normal range); inf
+  /// as max_error.
+  double worst_ulps = 0;
+};
+/// Compare y with the FP64 outputs `ref` (same size), element by element.
+Errors compare(const std::vector<float>& y, const std::vector<double>& ref);
+
+// ---------------------------------------------------------------------------
+// The chapter's registry entries, one per pitfalls/<id>.cpp, in the order
+// pitfalls/register.cpp registers them.
+
+/// fp16-softmax-overflow: exp(z) in fp16 without the max subtraction is inf
+/// for z above ln(65504) ≈ 11.09, and inf/inf = NaN.
+Pitfall fp16_softmax_overflow_pitfall();
+/// log-softmax-underflow: log(softmax(z)) with the softmax stored in fp16
+/// (or FP32) takes the log of probabilities that flushed to 0: the loss is inf.
+Pitfall log_softmax_underflow_pitfall();
+/// fp16-loss-reduction: per-token losses summed in fp16 overflow past 65504
+/// or stop adding once the running sum is large.
+Pitfall fp16_loss_reduction_pitfall();
+/// fp16-mask-values: additive masks in fp16 (−1e9 is −inf, finfo.min + x
+/// overflows to −inf) turn fully masked rows into NaN.
+Pitfall fp16_mask_values_pitfall();
+/// attention-scale-overflow: Q Kᵀ stored in fp16 before the 1/√D overflows
+/// for large activations; scaling Q first keeps the scores finite.
+Pitfall attention_scale_overflow_pitfall();
+/// autocast-disabled-softmax: a softmax on an fp16 input with autocast off
+/// stores fp16 probabilities; small ones flush to 0 and their log is −inf.
+Pitfall autocast_disabled_softmax_pitfall();
+
+}  // namespace mpt::ch04

@@ -1,0 +1,221 @@
+// Chapter 04 — tests of chapter 4's pitfalls (a softmax in fp16 without the
+// max subtraction, the log of a stored softmax, a loss summed in fp16,
+// additive masks in fp16, Q Kᵀ stored before the scale, a softmax with
+// autocast disabled).
+// Depends on: mpt/core/pitfall.hpp, mpt::chapters (pitfall_registry),
+// doctest, test_support.hpp.
+//
+// Every entry must still show its failure and its fix, its checks must be
+// able to fail, and its runs must be deterministic. The numbers the chapter
+// text builds on are pinned at the end, against values worked out here by
+// hand (fp16's largest finite exp, the edges at which a probability flushes,
+// the stall of an fp16 sum, −1e9 and 2·finfo.min in fp16). Each run is made
+// once and shared by the test cases (runs_of), plus once more for the
+// determinism check.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mpt/core/pitfall.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using mpt::Pitfall;
+using mpt::RunResult;
+
+using mpt_test::any_fails;
+using mpt_test::failed_claims;
+
+/// Both runs of a pitfall, made on first use and kept.
+struct Runs {
+  RunResult broken, fixed;
+};
+const Runs& runs_of(const Pitfall& p) {
+  static std::map<std::string, Runs> cache;
+  auto it = cache.find(p.id);
+  if (it == cache.end()) it = cache.emplace(p.id, Runs{p.broken(), p.fixed()}).first;
+  return it->second;
+}
+const Runs& runs_of(const std::string& id) { return runs_of(mpt::pitfall_registry().get(id)); }
+
+/// The six pitfalls this suite owns, by id (pitfall 7 trains a model and
+/// has its own tests).
+const std::vector<std::string>& six_ids() {
+  static const std::vector<std::string> ids = {"fp16-softmax-overflow",    "log-softmax-underflow",
+                                               "fp16-loss-reduction",      "fp16-mask-values",
+                                               "attention-scale-overflow", "autocast-disabled-softmax"};
+  return ids;
+}
+std::vector<const Pitfall*> chapter4() {
+  std::vector<const Pitfall*> out;
+  for (const std::string& id : six_ids()) out.push_back(&mpt::pitfall_registry().get(id));
+  return out;
+}
+
+// Same bits: a rerun must give exactly the same numbers.
+bool same_bits(double a, double b) {
+  std::uint64_t ua, ub;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  return ua == ub;
+}
+
+}  // namespace
+
+TEST_CASE("chapter 4 registers its pitfalls, in order, after chapter 3's") {
+  std::vector<std::string> ids;
+  for (const Pitfall& p : mpt::pitfall_registry().all())
+    if (p.chapter == 4) ids.push_back(p.id);
+  REQUIRE(ids.size() >= six_ids().size());
+  CHECK(std::vector<std::string>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(six_ids().size())) ==
+        six_ids());
+  int last_chapter = 0;
+  for (const Pitfall& p : mpt::pitfall_registry().all()) {
+    CHECK(p.chapter >= last_chapter);
+    last_chapter = p.chapter;
+  }
+  CHECK(last_chapter >= 4);
+}
+
+TEST_CASE("chapter 4: every pitfall shows its symptom and its fix") {
+  for (const Pitfall* p : chapter4()) {
+    SUBCASE(p->id.c_str()) {
+      const Runs& r = runs_of(*p);
+      const auto symptom = mpt::evaluate_checks(p->symptom, r.broken);
+      const auto cure = mpt::evaluate_checks(p->cure, r.fixed);
+      CHECK_MESSAGE(!any_fails(symptom), p->id << ": the broken run does not show the symptom; failed claims:"
+                                               << failed_claims(symptom));
+      CHECK_MESSAGE(!any_fails(cure),
+                    p->id << ": the fixed run does not show the fix; failed claims:" << failed_claims(cure));
+      mpt_test::check_preconditions(*p, r.broken, r.fixed);
+    }
+  }
+}
+
+// If a broken run and its fixed run became the same (or a check became a
+// tautology), the test above could still pass. Check by check: every
+// symptom check must fail on the fixed run and every cure check on the
+// broken run; what both runs share is a precondition (held on both above).
+TEST_CASE("chapter 4: every symptom check fails on the fixed run, every cure check on the broken run") {
+  for (const Pitfall* p : chapter4()) {
+    SUBCASE(p->id.c_str()) { mpt_test::check_separates(*p, runs_of(*p).broken, runs_of(*p).fixed); }
+  }
+}
+
+TEST_CASE("chapter 4: broken and fixed runs measure the same things, deterministically") {
+  for (const Pitfall* p : chapter4()) {
+    SUBCASE(p->id.c_str()) {
+      const RunResult &broken = runs_of(*p).broken, &fixed = runs_of(*p).fixed;
+      mpt_test::check_runs_comparable(broken, fixed);
+      const RunResult broken_again = p->broken(), fixed_again = p->fixed();
+      REQUIRE(broken_again.outcomes.size() == broken.outcomes.size());
+      REQUIRE(fixed_again.outcomes.size() == fixed.outcomes.size());
+      CHECK(broken_again.explanation == broken.explanation);
+      CHECK(fixed_again.explanation == fixed.explanation);
+      for (std::size_t i = 0; i < broken.outcomes.size(); ++i) {
+        INFO(p->id << ": " << broken.outcomes[i].name);
+        CHECK(same_bits(broken_again.outcomes[i].value, broken.outcomes[i].value));
+        CHECK(same_bits(fixed_again.outcomes[i].value, fixed.outcomes[i].value));
+        // A NaN would say nothing: the runs report what was not finite as
+        // inf or as counts.
+        CHECK(!std::isnan(broken.outcomes[i].value));
+        CHECK(!std::isnan(fixed.outcomes[i].value));
+      }
+    }
+  }
+}
+
+// The numbers the chapter text builds on (measured by the runs; here is
+// what they must come out as, worked out by hand).
+TEST_CASE("chapter 4: the numbers the chapter states") {
+  SUBCASE("fp16-softmax-overflow: 11.0859375 is the last fp16 logit with a finite fp16 exp") {
+    const RunResult b = runs_of("fp16-softmax-overflow").broken;
+    const RunResult f = runs_of("fp16-softmax-overflow").fixed;
+    // fp16 values near 11 are 2^-7 apart: exp(11.0859375) ≈ 65249 rounds to
+    // 65248; exp(11.09375) ≈ 65761 is past 65520, the midpoint to 2^16, and
+    // rounds to inf.
+    CHECK(std::exp(11.0859375) < 65504.0);
+    CHECK(std::exp(11.09375) > 65520.0);
+    CHECK(b.get("largest_finite_logit") == 11.0859375);
+    CHECK(f.get("largest_finite_logit") == 65504.0);
+    CHECK(b.get("logits_past_ln_max") == 2);  // 12.5 and 16: the two confident rows
+    CHECK(b.get("nan_rows") == 2);
+    CHECK(b.get("all_zero_rows") == 2);              // 4·exp(10.25..10.625) > 65504, each exp below it
+    CHECK(b.get("nan_probabilities") == 2);          // one per confident row: inf/inf at its large logit
+    CHECK(f.get("worst_error_ulps") <= 0.5 + 1e-2);  // one rounding of an FP32 result
+  }
+  SUBCASE(
+      "log-softmax-underflow: fp16 flushes below a margin of ln 2^25 ≈ 17.33, FP32 below ln 2^150 ≈ 103.97") {
+    const RunResult b = runs_of("log-softmax-underflow").broken;
+    const RunResult f = runs_of("log-softmax-underflow").fixed;
+    // Margins 19, 22, 25 of the fp16 batch are past 25·ln 2 ≈ 17.33; margins
+    // 110 and 120 of the FP32 batch are past 150·ln 2 ≈ 103.97.
+    CHECK(25 * std::log(2.0) == doctest::Approx(17.33).epsilon(1e-3));
+    CHECK(b.get("inf_rows_fp16") == 3);
+    CHECK(b.get("inf_rows_fp32") == 2);
+    CHECK(f.get("worst_finite_row_error_fp16") <= 1.0 / 128 + 1e-6);  // half an fp16 ulp at 16..32 (2^-6)
+    CHECK(b.get("loss_fp16_fp64") == f.get("loss_fp16_fp64"));
+  }
+  SUBCASE("fp16-loss-reduction: the stored sum passes 65504; the running sums stall") {
+    const RunResult b = runs_of("fp16-loss-reduction").broken;
+    const RunResult f = runs_of("fp16-loss-reduction").fixed;
+    CHECK(b.get("early_sum_fp64") > 65504);
+    CHECK(std::isinf(b.get("early_sum")));
+    // An fp16 running sum of losses below 16 stops in [2^15, 2^16): from
+    // 32768 on the spacing is 32. The running mean is below FP64's, so the
+    // sum it came from is (1 − relative error)·mean_fp64·tokens (exact: the
+    // division by 16384 = 2^14 is exact in fp16).
+    const double early_running_sum =
+        (1 - b.get("early_running_rel_error")) * b.get("early_mean_fp64") * b.get("tokens");
+    CHECK(early_running_sum >= 32768 - 1e-2);
+    CHECK(early_running_sum < 65536);
+    // The late losses are mostly below 1: the sum stalls in [2^11, 2^12).
+    const double late_running_sum = b.get("late_running_mean") * b.get("tokens");
+    CHECK(late_running_sum >= 2048);
+    CHECK(late_running_sum < 4096);
+    CHECK(b.get("late_sum_fp64") > 4096);
+    CHECK(f.get("early_sum") == doctest::Approx(f.get("early_sum_fp64")).epsilon(1e-5));
+    CHECK(f.get("late_running_rel_error") < 1e-5);
+  }
+  SUBCASE("fp16-mask-values: −1e9 is −inf in fp16, −65504·2 too; 2 fully masked rows") {
+    const RunResult b = runs_of("fp16-mask-values").broken;
+    const RunResult f = runs_of("fp16-mask-values").fixed;
+    CHECK(b.get("fully_masked_rows") == 2);  // the two left pads of sequence 0
+    CHECK(b.get("nan_probability_rows") == 2);
+    CHECK(b.get("nan_output_rows") == 2);
+    CHECK(f.get("nan_probability_rows") == 0);
+    // Removed by both masks: the keys j > i of every row (15 per sequence)
+    // that are also padding in sequence 0 (keys 0 and 1 above the diagonal:
+    // row 0's key 1) — exactly 1 entry.
+    CHECK(b.get("summed_mask_inf_entries") == 1);
+    CHECK(f.get("summed_mask_inf_entries") == 0);
+    CHECK(b.explanation.find("stored as -inf") != std::string::npos);
+    CHECK(b.get("minus_3e4_removed_weight") == doctest::Approx(1.0));
+  }
+  SUBCASE("attention-scale-overflow: products past 65504, scaled scores √128 times smaller") {
+    const RunResult b = runs_of("attention-scale-overflow").broken;
+    const RunResult f = runs_of("attention-scale-overflow").fixed;
+    CHECK(b.get("max_product_fp64") / b.get("max_score_fp64") == doctest::Approx(std::sqrt(128.0)));
+    CHECK(b.get("max_product_fp64") > 65504);
+    CHECK(f.get("inf_scores") == 0);
+    CHECK(f.get("nan_output_rows") == 0);
+    CHECK(std::isinf(b.get("output_max_error")));
+  }
+  SUBCASE("autocast-disabled-softmax: the trace says f16 then f32; one cast") {
+    const RunResult b = runs_of("autocast-disabled-softmax").broken;
+    const RunResult f = runs_of("autocast-disabled-softmax").fixed;
+    CHECK(b.get("softmax_input_bits") == 16);
+    CHECK(b.get("softmax_output_bits") == 16);
+    CHECK(b.get("casts") == 0);
+    CHECK(f.get("softmax_output_bits") == 32);
+    CHECK(f.get("casts") == 1);
+    CHECK(b.explanation.find("writing f16") != std::string::npos);
+    CHECK(f.explanation.find("writing f32") != std::string::npos);
+  }
+}
