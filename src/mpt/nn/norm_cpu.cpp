@@ -122,8 +122,9 @@ Welford<float> run_statistics(const float* x, std::int64_t n, Implementation imp
   return run_statistics_of(x, false, n, use_avx2(impl));
 }
 
-Tensor forward(const Tensor& x, const Layout& l, AffineAxis axis, const float* weight, const float* bias,
-               float eps, DType out, Welford<float>* stats, float* mean, float* invstd, Implementation impl) {
+Tensor forward(const Tensor& x, const norm_math::Layout& l, norm_math::AffineAxis axis, const float* weight,
+               const float* bias, float eps, DType out, Welford<float>* stats, float* mean, float* invstd,
+               Implementation impl) {
   if (x.numel() != l.numel())
     throw std::invalid_argument("norm_cpu::forward: x has " + std::to_string(x.numel()) +
                                 " elements but the layout (" + std::to_string(l.outer) + ", " +
