@@ -2,7 +2,7 @@
 // subtracted turns a language model's loss NaN, and the scaler skips every step.
 // Depends on: lm_pitfall.hpp (this entry's declaration), ../training.hpp
 // (train_lm, LmConfig, the corpus), mpt/core/pitfall.hpp, mpt/core/policy.hpp
-// (uniform_policy), mpt/core/dtype.hpp (format_of: fp16's largest value);
+// (uniform_policy), mpt/core/dtype.hpp and mpt/formats/format.hpp (fp16's largest value);
 // <algorithm>, <cmath>, <cstdio>, <limits>, <string>.
 //
 // A softmax written out in fp16 — exp of every logit rounded to fp16, summed
@@ -35,11 +35,15 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/pitfall.hpp"
 #include "mpt/core/policy.hpp"
+#include "mpt/formats/format.hpp"
 
 namespace mpt::ch04 {
 namespace {
 
 constexpr int kSteps = 120;
+
+/// fp16's largest finite value, from its format's limits (65504).
+double fp16_max() { return limits_of(format_of(DType::f16).spec).max; }
 
 Check check(std::string claim, std::function<bool(const RunResult&)> holds) {
   return Check{std::move(claim), std::move(holds)};
@@ -84,8 +88,7 @@ RunResult measured(const LmRun& run, int vocab, const std::string& setup) {
   };
   const bool failed = run.first_nonfinite_loss > 0;
   char limit[64];
-  std::snprintf(limit, sizeof limit, "ln(%g) = %.2f", format_of(DType::f16).max,
-                std::log(format_of(DType::f16).max));
+  std::snprintf(limit, sizeof limit, "ln(%g) = %.2f", fp16_max(), std::log(fp16_max()));
   r.explanation =
       failed
           ? "A logit passed " + std::string(limit) + " by step " + std::to_string(run.first_nonfinite_loss) +
@@ -153,9 +156,7 @@ Pitfall naive_loss_training_pitfall() {
                   return std::fabs(r.get("initial_valid_loss") - r.get("log_vocab")) < 0.1;
                 }),
           check("both runs see a logit above ln(65504) = 11.09",
-                [](const RunResult& r) {
-                  return r.get("largest_logit") > std::log(format_of(DType::f16).max);
-                }),
+                [](const RunResult& r) { return r.get("largest_logit") > std::log(fp16_max()); }),
       }};
 }
 
