@@ -6,7 +6,7 @@
 // mpt/formats/rounding.hpp (the naive loss' fp16 rounding),
 // mpt/plot/svg_chart.hpp (the loss curves' picture), the core tier
 // (Policy, Tensor, Rng); <algorithm>, <cmath>, <cstdint>, <cstdio>,
-// <limits>, <memory>, <string>, <vector>.
+// <limits>, <memory>, <string>, <utility>, <vector>.
 //
 // One step, as Chapter 2's: forward of a batch of windows, the loss of the
 // [B·T, V] logits against the next tokens, scaler.scale(loss), backward from
@@ -27,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpt/amp/grad_scaler.hpp"
@@ -167,8 +168,10 @@ inline double validation_loss(TinyTransformer& net, const std::vector<TokenBatch
 /// the last 10 %. Deterministic.
 inline LmRun train_lm(const TextCorpus& corpus, LmConfig config, std::shared_ptr<const Policy> policy,
                       ScalerMode mode) {
+  LmRun run;
+  run.name = run_name(*policy, mode);
   config.model.vocab_size = corpus.vocab_size();
-  config.model.policy = policy;
+  config.model.policy = std::move(policy);
   config.model.seed = config.seed;
   TinyTransformer net(config.model);
   AdamW opt(net.parameters(), config.adam);
@@ -182,8 +185,6 @@ inline LmRun train_lm(const TextCorpus& corpus, LmConfig config, std::shared_ptr
   for (int i = 0; i < config.eval_batches; ++i)
     vb.push_back(sample_windows(corpus.tokens(), split.valid_begin, split.valid_end, config.batch, t, vdata));
 
-  LmRun run;
-  run.name = run_name(*policy, mode);
   run.valid.push_back({0, validation_loss(net, vb)});
   for (int k = 1; k <= config.steps; ++k) {
     const TokenBatch b =

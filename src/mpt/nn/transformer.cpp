@@ -178,27 +178,22 @@ void TinyTransformer::init_weights(std::uint64_t seed) {
     residual.push_back(&b->attn->out.weight);
     residual.push_back(&b->fc2->weight);
   }
-  std::vector<const Parameter*> gammas, betas;
+  std::vector<const Parameter*> gammas;
   std::vector<LayerNorm*> lns;
   for (TransformerBlock* b : blocks) {
     lns.push_back(b->ln1);
     lns.push_back(b->ln2);
   }
   lns.push_back(ln_f);
-  for (LayerNorm* n : lns) {
-    gammas.push_back(&n->weight);
-    betas.push_back(&n->bias);
-  }
+  for (LayerNorm* n : lns) gammas.push_back(&n->weight);
   const auto in = [](const std::vector<const Parameter*>& v, const Parameter* p) {
     return std::find(v.begin(), v.end(), p) != v.end();
   };
   for (Parameter* p : parameters()) {
     if (in(gammas, p)) {
       fill_value(p->master, 1.0f);
-    } else if (in(betas, p)) {
-      fill_value(p->master, 0.0f);
     } else if (p->master.dim() == 1) {
-      fill_value(p->master, 0.0f);  // a Linear's bias
+      fill_value(p->master, 0.0f);  // a LayerNorm's β or a Linear's bias
     } else {
       fill_normal(p->master, in(residual, p) ? residual_sigma : sigma, rng);
     }
