@@ -56,20 +56,24 @@ enum class ScalerMode {
   dynamic,  ///< GradScaler with LmConfig::scaler's options (FP16 runs)
 };
 
+/// AdamW for the tiny Transformer: learning rate 3e-3, no weight decay
+/// (PyTorch's other defaults).
+inline AdamWOptions lm_adam() {
+  AdamWOptions o;
+  o.lr = 3e-3;
+  o.weight_decay = 0.0;
+  return o;
+}
+
 /// One language-model run: the model, the data, the optimizer, the steps.
 struct LmConfig {
-  TransformerConfig model;  ///< vocab_size is set from the corpus; dtype/policy from the run's policy
-  int batch = 16;           ///< windows per step
-  int steps = 300;          ///< optimizer steps (skipped ones included)
-  AdamWOptions adam = [] {
-    AdamWOptions o;
-    o.lr = 3e-3;
-    o.weight_decay = 0.0;
-    return o;
-  }();                               ///< AdamW's options
-  int eval_every = 50;               ///< validation loss after every this many steps (and after the last)
-  int eval_batches = 4;              ///< validation batches of `batch` windows, the same each time
-  std::uint64_t seed = 1;            ///< the weights' and the batches' seed
+  TransformerConfig model;        ///< vocab_size is set from the corpus; dtype/policy from the run's policy
+  int batch = 16;                 ///< windows per step
+  int steps = 200;                ///< optimizer steps (skipped ones included)
+  AdamWOptions adam = lm_adam();  ///< AdamW's options
+  int eval_every = 50;            ///< validation loss after every this many steps (and after the last)
+  int eval_batches = 4;           ///< validation batches of `batch` windows, the same each time
+  std::uint64_t seed = 1;         ///< the weights' and the batches' seed
   LossKind loss = LossKind::stable;  ///< the training loss
   GradScaler::Options scaler{};      ///< the dynamic scaler's options (PyTorch's defaults)
 };
@@ -193,12 +197,13 @@ inline LmRun train_lm(const TextCorpus& corpus, LmConfig config, std::shared_ptr
     LmStep s;
     s.step = k;
     s.scale = scaler.get_scale();
+    std::vector<float> z(static_cast<std::size_t>(logits.numel()));
+    logits.to_f32(z.data());
     float top = -std::numeric_limits<float>::infinity();
     bool nan = false;
-    for (std::int64_t i = 0; i < logits.numel(); ++i) {
-      const float z = logits.value(i);
-      nan = nan || std::isnan(z);
-      top = std::max(top, z);
+    for (const float v : z) {
+      nan = nan || std::isnan(v);
+      top = std::max(top, v);
     }
     s.max_logit = nan ? std::numeric_limits<float>::quiet_NaN() : top;
     Tensor dlogits;
@@ -294,7 +299,7 @@ inline std::string render_lm_curves_svg(const std::vector<LmRun>& runs, int voca
 
 /// The chapter's loss curves: `steps` steps of batch × context windows in
 /// FP32, FP16 + GradScaler and BF16 from the same seed.
-inline LmCurves lm_curves(const TextCorpus& corpus, int steps = 300, std::uint64_t seed = 1) {
+inline LmCurves lm_curves(const TextCorpus& corpus, int steps = 200, std::uint64_t seed = 1) {
   LmCurves out;
   out.config.steps = steps;
   out.config.seed = seed;
