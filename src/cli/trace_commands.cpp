@@ -1,9 +1,10 @@
 // All chapters — `mpt trace`: where each value of a chapter's model is stored
 // in which dtype, from the precision trace of one training step. Chapter 2's
-// MLP and Chapter 3's digits CNN; a later chapter adds its model to kModels
-// and make_model().
+// MLP, Chapter 3's digits CNN and Chapter 4's tiny Transformer; a later
+// chapter adds its model to kModels and make_model().
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
-// and the mpt library's nn tier (Model, Mlp, Cnn, trace_step), core tier
+// and the mpt library's nn tier (Model, Mlp, Cnn, TinyTransformer,
+// trace_step), core tier
 // (DType, policies, the trace and its renderings, Rng).
 //
 // The model runs one forward, cross-entropy loss and backward on a seeded
@@ -26,15 +27,19 @@
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/cnn.hpp"
 #include "mpt/nn/mlp.hpp"
+#include "mpt/nn/transformer.hpp"
 
 namespace {
 
 using mpt::cli::joined;
 using mpt::cli::UsageError;
 
-/// The models `mpt trace` knows: Chapter 2's MLP, Chapter 3's digits CNN
-/// (later chapters add theirs).
-const std::vector<std::string> kModels = {"mlp", "cnn"};
+/// The models `mpt trace` knows: Chapter 2's MLP, Chapter 3's digits CNN,
+/// Chapter 4's tiny Transformer (later chapters add theirs).
+const std::vector<std::string> kModels = {"mlp", "cnn", "transformer"};
+/// The tiny Transformer `mpt trace` runs: TransformerConfig's defaults
+/// (D = 64, H = 4, L = 2, V = 96) on sequences of kTraceTokens tokens.
+constexpr int kTraceTokens = 8;
 /// The activations of the Chapter 2 MLP, by the names --activation takes.
 const std::vector<std::string> kActivations = {"relu", "gelu", "gelu_tanh"};
 
@@ -92,6 +97,7 @@ std::unique_ptr<mpt::Model> make_model(const Setup& s);
 /// The model of the arguments, with every option checked before it runs.
 struct Setup {
   bool cnn = false;
+  bool transformer = false;
   mpt::MlpConfig config;  // the MLP's; for the CNN only dtype, policy and seed are read
   std::int64_t batch = 0;
   std::uint64_t seed = 0;
@@ -103,10 +109,19 @@ Setup setup_of(const TraceArgs& a) {
   if (!known) throw UsageError("--model: unknown model '" + a.model + "'; valid models: " + joined(kModels));
   Setup s;
   s.cnn = a.model == "cnn";
+  s.transformer = a.model == "transformer";
   if (s.cnn && (a.sizes_given || a.activation_given))
     throw UsageError(std::string("--model cnn: ") + (a.sizes_given ? "--sizes" : "--activation") +
                      " applies to --model mlp only; the digits CNN is fixed (64 inputs, 10 classes)");
-  s.config.sizes = s.cnn ? std::vector<int>{64, 10} : parse_sizes(a.sizes);
+  if (s.transformer && (a.sizes_given || a.activation_given))
+    throw UsageError(std::string("--model transformer: ") + (a.sizes_given ? "--sizes" : "--activation") +
+                     " applies to --model mlp only; the tiny Transformer is fixed (V 96, D 64, 4 heads, 2 "
+                     "blocks, " +
+                     std::to_string(kTraceTokens) + " tokens per sequence)");
+  const int vocab = mpt::TransformerConfig{}.vocab_size;
+  s.config.sizes = s.cnn           ? std::vector<int>{64, 10}
+                   : s.transformer ? std::vector<int>{kTraceTokens, vocab}
+                                   : parse_sizes(a.sizes);
   s.config.activation = activation_named(a.activation);
   try {
     s.config.dtype = mpt::dtype_named(a.dtype);
@@ -151,6 +166,13 @@ Setup setup_of(const TraceArgs& a) {
 }
 
 std::unique_ptr<mpt::Model> make_model(const Setup& s) {
+  if (s.transformer) {
+    mpt::TransformerConfig c;
+    c.dtype = s.config.dtype;
+    c.policy = s.config.policy;
+    c.seed = s.config.seed;
+    return std::make_unique<mpt::TinyTransformer>(c);
+  }
   if (!s.cnn) return std::make_unique<mpt::Mlp>(s.config);
   mpt::CnnConfig c;
   c.dtype = s.config.dtype;
@@ -169,17 +191,25 @@ int cmd_trace(const TraceArgs& a) {
   const Setup s = setup_of(a);  // every option checked before anything runs
   const std::unique_ptr<mpt::Model> model = make_model(s);
   mpt::Model& net = *model;
-  // A seeded batch: standard-normal inputs, labels uniform over the outputs.
+  // A seeded batch: standard-normal inputs, labels uniform over the outputs
+  // (the Transformer: token ids uniform over the vocabulary, one label per
+  // position).
   mpt::Rng rng(s.seed);
   mpt::MatrixF x(s.batch, s.config.sizes.front());
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
-  std::vector<int> labels(static_cast<std::size_t>(s.batch));
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    x.data()[i] = s.transformer
+                      ? static_cast<float>(rng.below(static_cast<std::uint64_t>(s.config.sizes.back())))
+                      : static_cast<float>(rng.normal());
+  std::vector<int> labels(static_cast<std::size_t>(s.batch * (s.transformer ? kTraceTokens : 1)));
   for (int& y : labels) y = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.config.sizes.back())));
   const mpt::Trace trace = mpt::trace_step(net, x, labels, a.forward_only);
   const std::string policy = net.context().policy().describe();
-  const std::string title = (s.cnn ? std::string("digits CNN 1x8x8 -> conv-bn-relu-pool x2 -> fc 10")
-                                   : "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + ")") +
-                            ", batch " + std::to_string(s.batch) + ", policy: " + policy;
+  const std::string title =
+      (s.cnn           ? std::string("digits CNN 1x8x8 -> conv-bn-relu-pool x2 -> fc 10")
+       : s.transformer ? "tiny Transformer V 96, D 64, 4 heads, 2 blocks, " + std::to_string(kTraceTokens) +
+                             " tokens per sequence"
+                       : "MLP " + sizes_text(s.config.sizes) + " (" + a.activation + ")") +
+      ", batch " + std::to_string(s.batch) + ", policy: " + policy;
   if (!a.dot.empty()) {
     std::string graph = mpt::render_dot(trace, title);
     const std::string lr = "rankdir=LR";
@@ -248,7 +278,8 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   trace
       ->add_option(
           "--keep-f32-ops", a->keep_f32_ops,
-          "ops kept in f32 inside the uniform policy (KeepF32Policy), by PyTorch name, e.g. batch_norm")
+          "ops kept in f32 inside the uniform policy (KeepF32Policy), by PyTorch name, e.g. batch_norm, or "
+          "layer_norm,scaled_dot_product_attention in the Transformer")
       ->type_name("OPS");
   trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")
       ->capture_default_str()

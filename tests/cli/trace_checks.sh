@@ -134,6 +134,30 @@ dot_written_atomically)
   expect_usage_error "cannot write" "$WORK/missing/mlp.dot"
   ;;
 
+transformer_every_op)
+  # Chapter 4's tiny Transformer: every op of one step, forward and backward.
+  run trace --model transformer --batch 2
+  expect_rc 0
+  expect_out "tiny Transformer V 96, D 64, 4 heads, 2 blocks, 8 tokens per sequence, batch 2, policy: uniform f16"
+  # 2 lookups, their sum; per block 2 norms, 6 linears, attention, GELU, 2 sums; ln_f, lm_head, the loss.
+  [ "$(count_lines '^[0-9]+ +forward +[a-z0-9_.]+ +[a-z_]+ ' )" -eq 30 ] || fail "expected 30 forward entries"
+  [ "$(count_lines '^[0-9]+ +backward +[a-z0-9_.]+ +[a-z_]+ ' )" -eq 30 ] || fail "expected 30 backward entries"
+  expect_out_regex '^1 +forward +tok_emb +embedding +ids f32 2x8, weight f16 96x64 +f32 +y f16 2x8x64 +2048$'
+  expect_out_regex 'forward +block1.attn +scaled_dot_product_attention +q f16 2x4x8x16'
+  expect_out_regex 'forward +block0.residual2 +add +a f16 2x8x64, b f16 2x8x64 +f32 +y f16 2x8x64 +2048$'
+  expect_out_regex 'forward +lm_head +linear +h f16 16x64, weight f16 96x64 +f32 +y f16 16x96 +3072$'
+  expect_out_regex 'backward +pos_emb +embedding +dy f16 8x64'
+  expect_out "0 cast(s) at op boundaries"
+  # The tied table is listed once.
+  [ "$(count_lines '^tok_emb.weight ')" -eq 1 ] || fail "the tied table should be listed once"
+  # layer_norm kept in f32: each norm's input is cast up at its boundary.
+  run trace --model transformer --batch 2 --keep-f32-ops layer_norm
+  expect_rc 0
+  expect_out "policy: uniform f16; f32 for layer_norm"
+  expect_out_regex 'forward +block0.ln1 +layer_norm +x f32 2x8x64, weight f32 64, bias f32 64 +f32 +y f32 2x8x64'
+  expect_out_regex '^block0.ln1.weight +64 +f32 \(the master\)'
+  ;;
+
 bad_options)
   run trace --model cnn --sizes 8,4
   expect_usage_error "--model cnn" "--sizes" "mlp only"
@@ -151,8 +175,10 @@ bad_options)
   expect_usage_error "--sizes: '0' is not a layer size"
   run trace --batch 0
   expect_usage_error "--batch: '0' is not a batch size"
-  run trace --model transformer
-  expect_usage_error "--model: unknown model 'transformer'; valid models: mlp, cnn"
+  run trace --model rnn
+  expect_usage_error "--model: unknown model 'rnn'; valid models: mlp, cnn, transformer"
+  run trace --model transformer --sizes 3,4
+  expect_usage_error "--model transformer: --sizes applies to --model mlp only"
   run trace --activation tanh
   expect_usage_error "--activation: unknown activation 'tanh'; valid: relu, gelu, gelu_tanh"
   ;;

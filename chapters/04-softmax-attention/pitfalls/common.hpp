@@ -114,5 +114,10 @@ Pitfall attention_scale_overflow_pitfall();
 /// autocast-disabled-softmax: a softmax on an fp16 input with autocast off
 /// stores fp16 probabilities; small ones flush to 0 and their log is −inf.
 Pitfall autocast_disabled_softmax_pitfall();
+/// naive-loss-training: the tiny Transformer trained in fp16 with the naive
+/// loss (an fp16 softmax without the max subtracted, then its log) against
+/// the library's FP32 cross-entropy: the loss turns NaN, every step is
+/// skipped, the model stops learning.
+Pitfall naive_loss_training_pitfall();
 
 }  // namespace mpt::ch04

@@ -20,7 +20,7 @@ void register_chapter04_pitfalls(Registry& registry) {
   registry.add(ch04::fp16_mask_values_pitfall());
   registry.add(ch04::attention_scale_overflow_pitfall());
   registry.add(ch04::autocast_disabled_softmax_pitfall());
-  // Pitfall 7, naive-loss-training (the tiny Transformer trained with the naive loss), is registered here.
+  registry.add(ch04::naive_loss_training_pitfall());
 }
 
 }  // namespace mpt

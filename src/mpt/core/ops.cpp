@@ -19,7 +19,7 @@ const std::vector<OpInfo>& known_ops() {
       {"scaled_dot_product_attention", OpKind::matmul, 4, "softmax(Q K^T / sqrt(d) + mask) V"},
       {"relu", OpKind::pointwise, 2, "max(x, 0)"},
       {"gelu", OpKind::pointwise, 2, "x Phi(x), exact (erf) or tanh-approximated"},
-      {"add", OpKind::pointwise, 0, "a + b, elementwise"},
+      {"add", OpKind::pointwise, 4, "a + b, elementwise"},
       {"layer_norm", OpKind::normalization, 3, "normalize over the last dimension(s)"},
       {"batch_norm", OpKind::normalization, 3, "normalize over the batch (and H, W) per channel"},
       {"softmax", OpKind::softmax, 4, "exp(x - max) / sum exp(x - max)"},
