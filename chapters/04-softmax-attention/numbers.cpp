@@ -7,10 +7,14 @@
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
 //   ch04_numbers claims|fused
+//   ch04_numbers lm DIR      (also writes DIR/lm-curves.svg)
+// lm reads the licence texts of /usr/share/common-licenses (Debian's
+// base-files) and trains the tiny Transformer three times.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,8 @@
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/softmax.hpp"
 #include "mpt/nn/softmax_cpu.hpp"
+#include "mpt/nn/text_data.hpp"
+#include "training.hpp"
 
 namespace {
 
@@ -182,16 +188,43 @@ int fused() {
   return 0;
 }
 
+int lm(const std::string& dir) {
+  const TextCorpus corpus = load_common_licenses();
+  std::printf("corpus: %s\n        %zu bytes, %d distinct (the vocabulary), FNV-1a %016llx\n",
+              corpus.source().c_str(), corpus.text().size(), corpus.vocab_size(),
+              static_cast<unsigned long long>(corpus.checksum()));
+  const ch04::LmCurves curves = ch04::lm_curves(corpus);
+  std::fputs(curves.table.c_str(), stdout);
+  const std::string path = dir + "/lm-curves.svg", tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << curves.svg;
+    if (!f) {
+      std::fprintf(stderr, "ch04_numbers: cannot write %s\n", tmp.c_str());
+      return 1;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "ch04_numbers: cannot rename %s to %s\n", tmp.c_str(), path.c_str());
+    return 1;
+  }
+  std::printf("picture: %s\n", path.c_str());
+  return 0;
+}
+
 int usage() {
-  std::fprintf(stderr, "usage: ch04_numbers claims|fused\n");
+  std::fprintf(stderr,
+               "usage: ch04_numbers claims|fused, or ch04_numbers lm DIR (writes DIR/lm-curves.svg)\n");
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) return usage();
+  if (argc < 2) return usage();
   const std::string what = argv[1];
+  if (what == "lm" && argc == 3) return lm(argv[2]);
+  if (argc != 2) return usage();
   if (what == "claims") return claims();
   if (what == "fused") return fused();
   return usage();

@@ -298,15 +298,21 @@ inline std::string render_lm_curves_svg(const std::vector<LmRun>& runs, int voca
 }
 
 /// The chapter's loss curves: `steps` steps of batch × context windows in
-/// FP32, FP16 + GradScaler and BF16 from the same seed.
+/// FP32, FP16 + GradScaler, FP16 + GradScaler with layer_norm kept in FP32
+/// (Chapter 3's advice, by op) and BF16, from the same seed.
 inline LmCurves lm_curves(const TextCorpus& corpus, int steps = 200, std::uint64_t seed = 1) {
   LmCurves out;
   out.config.steps = steps;
   out.config.seed = seed;
   out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::f32), ScalerMode::none));
   out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::f16), ScalerMode::dynamic));
+  out.runs.push_back(
+      train_lm(corpus, out.config,
+               std::make_shared<KeepF32Policy>(uniform_policy(DType::f16), std::vector<std::string>{},
+                                               std::vector<std::string>{"layer_norm"}),
+               ScalerMode::dynamic));
   out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::bf16), ScalerMode::none));
-  char line[160];
+  char line[200];
   std::snprintf(line, sizeof line, "%6s", "step");
   out.table = line;
   for (const LmRun& r : out.runs) {

@@ -42,13 +42,6 @@ namespace {
 
 constexpr int kSteps = 120;
 
-/// fp16's largest finite value, from its format's limits (65504).
-double fp16_max() { return limits_of(format_of(DType::f16).spec).max; }
-
-Check check(std::string claim, std::function<bool(const RunResult&)> holds) {
-  return Check{std::move(claim), std::move(holds)};
-}
-
 LmConfig pitfall_config(LossKind loss) {
   LmConfig c;
   c.model.d_model = 32;
