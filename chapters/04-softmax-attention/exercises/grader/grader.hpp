@@ -225,11 +225,11 @@ inline OnlineSoftmax block_reduce(const std::vector<float>& z, std::size_t lanes
 
 /// One row of 4.3: the logits, the target, the options and g.
 struct CrossEntropyRow {
-  std::vector<float> z;
-  std::int64_t target = 0;
-  std::int64_t ignore_index = -100;
-  float smoothing = 0.0f;
-  float g = 1.0f;
+  std::vector<float> z;              ///< the k logits
+  std::int64_t target = 0;           ///< the class y, or ignore_index
+  std::int64_t ignore_index = -100;  ///< the target of a row that adds nothing
+  float smoothing = 0.0f;            ///< label smoothing ε
+  float g = 1.0f;                    ///< the gradient arriving at the row's loss
 };
 
 /// "k 3, target 1, ignore_index -100, label_smoothing 0.1, g 1, logits {…}"
@@ -338,10 +338,10 @@ inline double probability_error(float got, double want, mpt::DType dtype) {
 /// An attention row: the raw scores as the GEMM stored them (values that
 /// the dtype holds), the mask, the scale.
 struct AttentionRow {
-  std::vector<float> scores;
-  std::vector<bool> keep;
-  float scale = 1.0f;
-  mpt::DType dtype = mpt::DType::f16;
+  std::vector<float> scores;           ///< the raw products, values of `dtype`
+  std::vector<bool> keep;              ///< which keys take part
+  float scale = 1.0f;                  ///< the softmax scale, 1/√d
+  mpt::DType dtype = mpt::DType::f16;  ///< what the scores and probabilities are stored in
 };
 
 /// "f16, 80 keys (72 kept), scale 0.111803"

@@ -14,13 +14,13 @@ namespace mpt::ex04 {
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 }  // namespace
 
 float stable_log_sum_exp(const float* z, std::int64_t n) {
   // The maximum first; a NaN anywhere decides the answer on its own.
-  float biggest = -kInf;
+  float biggest = -kInfinity;
   for (std::int64_t j = 0; j < n; ++j) {
     if (std::isnan(z[j])) return z[j];
     if (z[j] > biggest) biggest = z[j];
@@ -36,7 +36,7 @@ float stable_log_sum_exp(const float* z, std::int64_t n) {
 }
 
 OnlineSoftmax online_add(OnlineSoftmax s, float z) {
-  if (z == -kInf) return s;  // a masked position; also keeps {−inf, 0} free of −inf − (−inf)
+  if (z == -kInfinity) return s;  // a masked position; also keeps {−inf, 0} free of −inf − (−inf)
   if (z <= s.max) {
     s.sum += std::exp(z - s.max);
     return s;
@@ -66,7 +66,7 @@ void softmax_cross_entropy_backward(const float* z, std::int64_t k, std::int64_t
     for (std::int64_t j = 0; j < k; ++j) dz[j] = 0.0f;
     return;
   }
-  float top = -kInf;
+  float top = -kInfinity;
   for (std::int64_t j = 0; j < k; ++j) top = std::fmax(top, z[j]);
   // The exponentials go into dz first; the sum stays in double.
   double denominator = 0.0;
