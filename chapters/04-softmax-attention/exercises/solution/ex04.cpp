@@ -21,9 +21,9 @@ constexpr float kInfinity = std::numeric_limits<float>::infinity();
 float stable_log_sum_exp(const float* z, std::int64_t n) {
   // The maximum first; a NaN anywhere decides the answer on its own.
   float biggest = -kInfinity;
-  for (std::int64_t j = 0; j < n; ++j) {
-    if (std::isnan(z[j])) return z[j];
-    if (z[j] > biggest) biggest = z[j];
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isnan(z[i])) return z[i];
+    if (z[i] > biggest) biggest = z[i];
   }
   // Nothing but −inf (or nothing at all): the sum is 0 and its log −inf. A
   // +inf logit: the sum is +inf. Either way the maximum is the answer, and
