@@ -101,23 +101,8 @@ void BM_step(benchmark::State& st, mpt::DType p, bool scaled, const char* name) 
       benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
-/// Console output as usual, plus each benchmark's fastest CPU time per step
-/// over its repetitions, in ms.
-class TimeReporter : public benchmark::ConsoleReporter {
- public:
-  TimeReporter() : benchmark::ConsoleReporter(bench::plain_unless_terminal()) {}
-  std::map<std::string, double> ms;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs)
-      if (r.run_type == Run::RT_Iteration) {
-        const double t = r.GetAdjustedCPUTime() * benchmark::GetTimeUnitMultiplier(benchmark::kMillisecond) /
-                         benchmark::GetTimeUnitMultiplier(r.time_unit);
-        const std::string name = r.run_name.function_name;
-        if (!ms.count(name) || t < ms[name]) ms[name] = t;
-      }
-  }
-};
+/// Each benchmark's fastest CPU time per step over its repetitions, in ms.
+using TimeReporter = bench::MinTimeReporter;
 
 std::vector<int> parse_sizes(const char* s) {
   std::vector<int> v;
