@@ -27,98 +27,24 @@ namespace {
 using mpt::Pitfall;
 using mpt::RunResult;
 
-using mpt_test::any_fails;
-using mpt_test::failed_claims;
-
-/// Both runs of a pitfall, made on first use and kept.
-struct Runs {
-  RunResult broken, fixed;
-};
-const Runs& runs_of(const Pitfall& p) {
-  static std::map<std::string, Runs> cache;
-  auto it = cache.find(p.id);
-  if (it == cache.end()) it = cache.emplace(p.id, Runs{p.broken(), p.fixed()}).first;
-  return it->second;
-}
-const Runs& runs_of(const std::string& id) { return runs_of(mpt::pitfall_registry().get(id)); }
-
-std::vector<const Pitfall*> chapter3() {
-  std::vector<const Pitfall*> out;
-  for (const Pitfall& p : mpt::pitfall_registry().all())
-    if (p.chapter == 3) out.push_back(&p);
-  return out;
-}
-
-// Same bits: a rerun must give exactly the same numbers.
-bool same_bits(double a, double b) {
-  std::uint64_t ua, ub;
-  std::memcpy(&ua, &a, sizeof a);
-  std::memcpy(&ub, &b, sizeof b);
-  return ua == ub;
-}
+const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::pitfall_runs(id); }
 
 }  // namespace
 
-TEST_CASE("chapter 3 registers its six pitfalls, in order, after chapter 2's") {
-  const std::vector<std::string> expected = {
-      "bn-variance-fp16",   "variance-cancellation", "layernorm-fp16-accumulation",
-      "running-stats-fp16", "norm-eps-fp16",         "bn-skipped-step-not-skipped"};
-  std::vector<std::string> ids;
-  for (const Pitfall* p : chapter3()) ids.push_back(p->id);
-  CHECK(ids == expected);
-  int last_chapter = 0;
-  for (const Pitfall& p : mpt::pitfall_registry().all()) {
-    CHECK(p.chapter >= last_chapter);
-    last_chapter = p.chapter;
-  }
-  CHECK(last_chapter >= 3);
+TEST_CASE("chapter 3 registers its pitfalls, in order, after the chapters before it") {
+  mpt_test::check_chapter_registration(
+      3, {"bn-variance-fp16", "variance-cancellation", "layernorm-fp16-accumulation", "running-stats-fp16",
+          "norm-eps-fp16", "bn-skipped-step-not-skipped"});
 }
 
-TEST_CASE("chapter 3: every pitfall shows its symptom and its fix") {
-  for (const Pitfall* p : chapter3()) {
-    SUBCASE(p->id.c_str()) {
-      const Runs& r = runs_of(*p);
-      const auto symptom = mpt::evaluate_checks(p->symptom, r.broken);
-      const auto cure = mpt::evaluate_checks(p->cure, r.fixed);
-      CHECK_MESSAGE(!any_fails(symptom), p->id << ": the broken run does not show the symptom; failed claims:"
-                                               << failed_claims(symptom));
-      CHECK_MESSAGE(!any_fails(cure),
-                    p->id << ": the fixed run does not show the fix; failed claims:" << failed_claims(cure));
-      mpt_test::check_preconditions(*p, r.broken, r.fixed);
-    }
-  }
-}
-
-// If a broken run and its fixed run became the same (or a check became a
-// tautology), the test above could still pass. Check by check: every
-// symptom check must fail on the fixed run and every cure check on the
-// broken run; what both runs share is a precondition (held on both above).
-TEST_CASE("chapter 3: every symptom check fails on the fixed run, every cure check on the broken run") {
-  for (const Pitfall* p : chapter3()) {
-    SUBCASE(p->id.c_str()) { mpt_test::check_separates(*p, runs_of(*p).broken, runs_of(*p).fixed); }
-  }
-}
-
-TEST_CASE("chapter 3: broken and fixed runs measure the same things, deterministically") {
-  for (const Pitfall* p : chapter3()) {
-    SUBCASE(p->id.c_str()) {
-      const RunResult &broken = runs_of(*p).broken, &fixed = runs_of(*p).fixed;
-      mpt_test::check_runs_comparable(broken, fixed);
-      const RunResult broken_again = p->broken(), fixed_again = p->fixed();
-      REQUIRE(broken_again.outcomes.size() == broken.outcomes.size());
-      REQUIRE(fixed_again.outcomes.size() == fixed.outcomes.size());
-      CHECK(broken_again.explanation == broken.explanation);
-      CHECK(fixed_again.explanation == fixed.explanation);
-      for (std::size_t i = 0; i < broken.outcomes.size(); ++i) {
-        INFO(p->id << ": " << broken.outcomes[i].name);
-        CHECK(same_bits(broken_again.outcomes[i].value, broken.outcomes[i].value));
-        CHECK(same_bits(fixed_again.outcomes[i].value, fixed.outcomes[i].value));
-        // A NaN would say nothing: the runs report what was not finite as
-        // inf or as counts.
-        CHECK(!std::isnan(broken.outcomes[i].value));
-        CHECK(!std::isnan(fixed.outcomes[i].value));
-      }
-    }
+// For each pitfall: the symptom on the broken run, the cure on the fixed
+// run, the preconditions on both; and, since the two runs could become the
+// same (or a check a tautology) while that still passes, every symptom check
+// must fail on the fixed run and every cure check on the broken run. Both
+// runs measure the same outcomes, deterministically (mpt_test::check_pitfall).
+TEST_CASE("chapter 3: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {
+  for (const Pitfall* p : mpt_test::chapter_pitfalls(3)) {
+    SUBCASE(p->id.c_str()) { mpt_test::check_pitfall(*p); }
   }
 }
 

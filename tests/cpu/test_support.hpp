@@ -1,14 +1,17 @@
 // Chapters 01 onwards — small helpers shared by the CPU test suites: float
 // bit patterns, an XML well-formedness check and a substring count (the SVG
-// tests), and the failure-message helpers of the pitfall tests.
+// tests), and what the pitfall suites assert of every registered pitfall
+// (check_pitfall, check_chapter_registration) with their failure messages.
 // Header-only (the CMake glob picks up test_ch*_*.cpp only). Depends on: the
 // standard library, doctest (for the shared pitfall assertions), mpt/pitfall.hpp.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +160,84 @@ inline void check_runs_comparable(const mpt::RunResult& broken, const mpt::RunRe
   CHECK(!fixed.setup.empty());
   CHECK(!broken.explanation.empty());
   CHECK(!fixed.explanation.empty());
+}
+
+/// Both runs of a pitfall, run once per test program (they are deterministic).
+struct PitfallRuns {
+  mpt::RunResult broken;  ///< what Pitfall::broken() measured
+  mpt::RunResult fixed;   ///< what Pitfall::fixed() measured
+};
+/// The runs of p, run on first use and kept.
+inline const PitfallRuns& pitfall_runs(const mpt::Pitfall& p) {
+  static std::map<std::string, PitfallRuns> cache;
+  auto it = cache.find(p.id);
+  if (it == cache.end()) it = cache.emplace(p.id, PitfallRuns{p.broken(), p.fixed()}).first;
+  return it->second;
+}
+/// The runs of the registered pitfall `id`.
+inline const PitfallRuns& pitfall_runs(const std::string& id) {
+  return pitfall_runs(mpt::pitfall_registry().get(id));
+}
+
+/// The registered pitfalls of one chapter, in registration order.
+inline std::vector<const mpt::Pitfall*> chapter_pitfalls(int chapter) {
+  std::vector<const mpt::Pitfall*> out;
+  for (const mpt::Pitfall& p : mpt::pitfall_registry().all())
+    if (p.chapter == chapter) out.push_back(&p);
+  return out;
+}
+
+/// Whether a and b are the same double, bit for bit (NaN payloads included).
+inline bool same_bits(double a, double b) {
+  std::uint64_t ua = 0, ub = 0;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  return ua == ub;
+}
+
+/// What every chapter's suite asserts of each pitfall: the broken run shows
+/// the symptom, the fixed run the cure, both the preconditions; every check
+/// separates the runs (check_separates); both runs measure the same
+/// outcomes, and a rerun gives the same explanation and the same numbers,
+/// bit for bit, none of them NaN (a NaN would say nothing: runs report what
+/// was not finite as inf or as counts).
+inline void check_pitfall(const mpt::Pitfall& p) {
+  const PitfallRuns& r = pitfall_runs(p);
+  const auto symptom = mpt::evaluate_checks(p.symptom, r.broken);
+  const auto cure = mpt::evaluate_checks(p.cure, r.fixed);
+  CHECK_MESSAGE(!any_fails(symptom), p.id << ": the broken run does not show the symptom; failed claims:"
+                                          << failed_claims(symptom));
+  CHECK_MESSAGE(!any_fails(cure),
+                p.id << ": the fixed run does not show the fix; failed claims:" << failed_claims(cure));
+  check_preconditions(p, r.broken, r.fixed);
+  check_separates(p, r.broken, r.fixed);
+  check_runs_comparable(r.broken, r.fixed);
+  const mpt::RunResult broken_again = p.broken(), fixed_again = p.fixed();
+  REQUIRE(broken_again.outcomes.size() == r.broken.outcomes.size());
+  REQUIRE(fixed_again.outcomes.size() == r.fixed.outcomes.size());
+  CHECK(broken_again.explanation == r.broken.explanation);
+  CHECK(fixed_again.explanation == r.fixed.explanation);
+  for (std::size_t i = 0; i < r.broken.outcomes.size(); ++i) {
+    INFO(p.id << ": " << r.broken.outcomes[i].name);
+    CHECK(same_bits(broken_again.outcomes[i].value, r.broken.outcomes[i].value));
+    CHECK(same_bits(fixed_again.outcomes[i].value, r.fixed.outcomes[i].value));
+    CHECK(!std::isnan(r.broken.outcomes[i].value));
+    CHECK(!std::isnan(r.fixed.outcomes[i].value));
+  }
+}
+
+/// A chapter registers exactly `ids`, in that order, and the registry as a
+/// whole is ordered by chapter.
+inline void check_chapter_registration(int chapter, const std::vector<std::string>& ids) {
+  std::vector<std::string> got;
+  for (const mpt::Pitfall* p : chapter_pitfalls(chapter)) got.push_back(p->id);
+  CHECK(got == ids);
+  int last_chapter = 0;
+  for (const mpt::Pitfall& p : mpt::pitfall_registry().all()) {
+    CHECK(p.chapter >= last_chapter);
+    last_chapter = p.chapter;
+  }
+  CHECK(last_chapter >= chapter);
 }
 
 }  // namespace mpt_test
