@@ -26,6 +26,7 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/nn/activations.hpp"
+#include "mpt/nn/attention.hpp"
 #include "mpt/nn/batch_norm.hpp"
 #include "mpt/nn/conv.hpp"
 #include "mpt/nn/layer_math.hpp"
@@ -404,6 +405,49 @@ std::vector<OpOutput> run_log_softmax(const OpCall& c, StdinNumbers& in) {
 }
 
 // ---------------------------------------------------------------------------
+// scaled_dot_product_attention: self-attention shapes, q, k and v on stdin
+
+bool bool_option(const OpCall& c, const std::string& flag) {
+  const std::string& v = c.options.at(flag);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw UsageError(flag + ": '" + v + "' is not a choice; give true or false");
+}
+
+std::vector<OpOutput> run_attention(const OpCall& c, StdinNumbers& in) {
+  if (c.shape.size() != 3 && c.shape.size() != 4)
+    throw UsageError(
+        "--shape " + shape_string(c.shape) +
+        ": scaled_dot_product_attention takes q, k and v of one shape [N, L, D] or [B, H, L, D]; "
+        "this shape has " +
+        std::to_string(c.shape.size()) + " dimension(s)");
+  AttentionOptions o;
+  o.is_causal = bool_option(c, "--is-causal");
+  o.scale_q_first = !bool_option(c, "--scale-after");
+  if (!c.options.at("--scale").empty()) {
+    const double scale = number_option(c, "--scale");
+    if (!std::isfinite(scale))
+      throw UsageError("--scale: '" + c.options.at("--scale") + "' is not a scale; give a finite number");
+    o.scale = scale;
+  }
+  const std::vector<std::vector<float>> v = in.take({{"q", c.shape}, {"k", c.shape}, {"v", c.shape}});
+  const Tensor q = Tensor::from_f32(v[0].data(), c.shape, c.dtype);
+  const Tensor k = Tensor::from_f32(v[1].data(), c.shape, c.dtype);
+  const Tensor val = Tensor::from_f32(v[2].data(), c.shape, c.dtype);
+  Context ctx(c.policy);
+  const AttentionResult r = scaled_dot_product_attention(q, k, val, AttentionMask(), o, ctx, "attention");
+  std::vector<OpOutput> out = {{"out", r.out}, {"probs", r.saved.probs}};
+  if (c.backward) {
+    const Tensor dy = output_gradient(in, r.out, r.out.shape());
+    const AttentionGrads g = scaled_dot_product_attention_backward(r.saved, dy, ctx, "attention");
+    out.push_back({"dq", g.dq});
+    out.push_back({"dk", g.dk});
+    out.push_back({"dv", g.dv});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // batch_norm, layer_norm: statistics in FP32 whatever the policy stores
 
 double eps_of(const OpCall& c) {
@@ -576,6 +620,17 @@ const std::vector<OpEntry>& op_table() {
         seed_option()},
        false,
        run_conv2d},
+      {"scaled_dot_product_attention",
+       "q, k, v of one shape [N, L, D] or [B, H, L, D] (self-attention), one after the other",
+       "out (q's shape), probs [..., L, L]; --backward: dq, dk, dv",
+       "--shape 1x3x2 --is-causal true",
+       {{"--is-causal", "B", "true: query i sees keys 0..i (torch's is_causal); false: every key", "false"},
+        {"--scale", "S", "the factor on Q K^T (default 1/sqrt(D))", ""},
+        {"--scale-after", "B",
+         "true: Q K^T stored unscaled in the input's dtype, then scaled; false: Q scaled first (the default)",
+         "false"}},
+       false,
+       run_attention},
       {"relu", "x, any shape", "y; --backward: dx", "--shape 2x3", {}, false, run_relu},
       {"gelu",
        "x, any shape",

@@ -1,4 +1,4 @@
-// Chapter 03 — `mpt op`: the table of the ops the command line runs, one
+// All chapters — `mpt op`: the table of the ops the command line runs, one
 // entry per op, and what an entry's runner is handed and hands back.
 // Depends on: the mpt library's core tier (Tensor, DType, Policy); its .cpp
 // also on cli_support.hpp (UsageError, number parsing) and the nn tier.

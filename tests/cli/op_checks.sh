@@ -163,8 +163,8 @@ listed_not_runnable() {
   awk '/^not runnable from the command line yet/ { on = 1; getline; next } on && NF == 0 { exit } on { print $1 }' "$OUT"
 }
 
-RUNNABLE="linear conv2d relu gelu layer_norm batch_norm softmax log_softmax cross_entropy nll_loss mse_loss max_pool2d avg_pool2d"
-RUNNABLE_LIST="linear, conv2d, relu, gelu, layer_norm, batch_norm, softmax, log_softmax, cross_entropy, nll_loss, mse_loss, max_pool2d, avg_pool2d"
+RUNNABLE="linear conv2d scaled_dot_product_attention relu gelu layer_norm batch_norm softmax log_softmax cross_entropy nll_loss mse_loss max_pool2d avg_pool2d"
+RUNNABLE_LIST="linear, conv2d, scaled_dot_product_attention, relu, gelu, layer_norm, batch_norm, softmax, log_softmax, cross_entropy, nll_loss, mse_loss, max_pool2d, avg_pool2d"
 
 case "$CASE" in
 
@@ -192,7 +192,7 @@ list)
   sort "$WORK/known" >"$WORK/known_sorted"
   cmp -s "$WORK/all" "$WORK/known_sorted" || fail "the list does not name every known op exactly once:
 $(diff "$WORK/known_sorted" "$WORK/all")"
-  grep -qx scaled_dot_product_attention "$WORK/rest" || fail "attention should be listed as not runnable yet"
+  expect_out_regex '^scaled_dot_product_attention +4 +q, k, v of one shape'
   grep -qx matmul "$WORK/rest" || fail "matmul (no layer) should be listed as not runnable yet"
   expect_out_regex '^matmul +2 +a matrix product'
   expect_out_regex '^embedding +4 +rows of a table'
@@ -510,6 +510,63 @@ PY
   check_py <<'PY'
 assert out["loss"][0] == "f32" and out["dx"][0] == "f16", (out["loss"][0], out["dx"][0])
 PY
+  ;;
+
+attention)
+  need_python
+  # Causal self-attention of one sequence of 3 tokens, D = 2; --backward
+  # reads dy in out's shape. The reference is written out in double, its
+  # gradients by central differences.
+  qs="1 0  0 1  1 1"
+  ks="1 0  0 1  -1 1"
+  vs="1 2  3 4  5 6"
+  dys="1 -1  0.5 2  -3 0.25"
+  run_in "$qs $ks $vs $dys" op scaled_dot_product_attention --shape 1x3x2 --is-causal true --backward
+  expect_rc 0
+  check_py $qs $ks $vs $dys <<'PY'
+v = [float(a) for a in args]
+q, k, vv, dy = v[0:6], v[6:12], v[12:18], v[18:24]
+assert list(out) == ["out", "probs", "dq", "dk", "dv"], list(out)
+assert out["out"][:2] == ("f32", [1, 3, 2]) and out["probs"][:2] == ("f32", [1, 3, 3])
+def attend(q, k, vv):
+    o, P = [], []
+    for i in range(3):
+        s = [(q[2 * i] * k[2 * j] + q[2 * i + 1] * k[2 * j + 1]) / math.sqrt(2) for j in range(i + 1)]
+        m = max(s)
+        e = [math.exp(t - m) for t in s]
+        p = [t / sum(e) for t in e] + [0.0] * (2 - i)
+        P += p
+        o += [sum(p[j] * vv[2 * j + c] for j in range(3)) for c in range(2)]
+    return o, P
+o, P = attend(q, k, vv)
+close(out["out"][2], o, 1e-6, "out", 1e-7)
+close(out["probs"][2], P, 1e-6, "probs", 1e-7)
+close(out["dq"][2], grad_fd(lambda t: attend(t, k, vv)[0], q, dy), 1e-5, "dq", 1e-6)
+close(out["dk"][2], grad_fd(lambda t: attend(q, t, vv)[0], k, dy), 1e-5, "dk", 1e-6)
+close(out["dv"][2], grad_fd(lambda t: attend(q, k, t)[0], vv, dy), 1e-5, "dv", 1e-6)
+PY
+  # fp16 with the scale after the product: Q K^T of 64 products of 40·40 is
+  # past 65504, stored as inf; scaled first it is 12800.
+  big=$(python3 -c 'print(" ".join(["40"] * 64 * 3))')
+  run_in "$big" op scaled_dot_product_attention --shape 1x1x64 --dtype f16 --scale-after true
+  expect_rc 0
+  check_py <<'PY'
+assert all(math.isnan(a) for a in out["out"][2]), out["out"][2][:4]
+PY
+  run_in "$big" op scaled_dot_product_attention --shape 1x1x64 --dtype f16
+  expect_rc 0
+  check_py <<'PY'
+assert out["out"][2] == [40.0] * 64, out["out"][2][:4]
+PY
+  # Bad input: one line each, exit 2.
+  run_in "1 2" op scaled_dot_product_attention --shape 2
+  expect_usage_error "--shape 2: scaled_dot_product_attention takes q, k and v of one shape [N, L, D] or [B, H, L, D]"
+  run_in "1 2 3 4 5 6" op scaled_dot_product_attention --shape 1x1x2 --is-causal yes
+  expect_usage_error "--is-causal: 'yes' is not a choice; give true or false"
+  run_in "1 2 3 4 5 6" op scaled_dot_product_attention --shape 1x1x2 --scale inf
+  expect_usage_error "--scale: 'inf' is not a scale; give a finite number"
+  run_in "1 2 3 4" op scaled_dot_product_attention --shape 1x1x2
+  expect_usage_error "expected 6 numbers"
   ;;
 
 nll_loss)
