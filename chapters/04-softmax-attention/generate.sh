@@ -12,9 +12,9 @@
 # usage: generate.sh BUILD_DIR           regenerate in place (then commit the result)
 #        generate.sh --check BUILD_DIR   regenerate into a scratch copy and fail if
 #                                        the committed files differ (the docs test)
-#        generate.sh --bench BUILD_DIR   rerun the softmax cross-entropy benchmark (a
-#                                        minute, on an otherwise idle machine) and
-#                                        splice its table in
+#        generate.sh --bench BUILD_DIR   rerun the softmax cross-entropy and the
+#                                        training-step benchmarks (a minute, on an
+#                                        otherwise idle machine) and splice their tables in
 #        generate.sh --into DIR BUILD_DIR
 #                                        write a fresh copy of the chapter into DIR
 #                                        (DIR/README.md, DIR/generated/) with every
@@ -28,7 +28,7 @@ set -euo pipefail
 chapter_id=04
 chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 required_programs=(src/cli/mpt chapters/ch04_numbers)
-bench_records=(bench-softmax-ce.txt)
+bench_records=(bench-softmax-ce.txt bench-lm-step.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
@@ -76,6 +76,8 @@ generate_all() {
 run_benchmarks() {
   gen_bench bench-softmax-ce.txt tests/bench/bench_ch04_softmax_ce '^softmax cross-entropy' \
     --benchmark_min_time=0.5 -- --benchmark_min_time=0.001 --repetitions=1
+  gen_bench bench-lm-step.txt tests/bench/bench_ch04_lm_step '^tiny Transformer' --benchmark_min_time=0.5 \
+    -- --benchmark_min_time=0.001 --repetitions=1
 }
 
 # What of the record does not depend on timing: the header lines, and per row
@@ -88,6 +90,11 @@ bench_deterministic() {
         /^last-level/ { next }
         /^[0-9]+x[0-9]+ / && NF == 10 { print $1, $2, $3, $9; next }
         /^[0-9]+x[0-9]+ / { print $1, $(NF-2) }
+      ' ;;
+    bench-lm-step.txt)
+      awk '
+        /^tiny Transformer/ || /^run / { print; next }
+        ($1 == "fp32" || $1 == "fp16+scaler" || $1 == "bf16") { print $1, $4; next }
       ' ;;
     *) cat ;;
   esac
