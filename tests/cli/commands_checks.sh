@@ -22,9 +22,11 @@ run() {
   RC=$?
 }
 
-# The names in the "Subcommands:" section of the help text in "$OUT".
+# The names in the "Subcommands:" section of the help text in "$OUT": the
+# lines indented by two spaces (a name too long for its column has its
+# description on the next line, indented further).
 listed_subcommands() {
-  awk '/^Subcommands:$/ { on = 1; next } on && NF == 0 { exit } on { print $1 }' "$OUT"
+  awk '/^Subcommands:$/ { on = 1; next } on && NF == 0 { exit } on && /^  [^ ]/ { print $1 }' "$OUT"
 }
 
 case "$CASE" in
