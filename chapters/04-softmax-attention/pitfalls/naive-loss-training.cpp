@@ -119,7 +119,7 @@ Pitfall naive_loss_training_pitfall() {
   return Pitfall{
       "naive-loss-training",
       4,
-      "A softmax computed in fp16 without the max turns the loss NaN and training stops",
+      "a language model trained with an fp16 softmax without the max: the loss turns NaN and training stops",
       "exp(z) in fp16 is inf once a logit passes ln(65504) = 11.09, so a softmax written out in fp16 (no max "
       "subtracted, fp16 sum) gives NaN probabilities, a NaN loss and NaN gradients; GradScaler skips the "
       "step, "
