@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_test_support.hpp"
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
@@ -46,19 +47,7 @@ VecD randn(std::size_t n, std::uint64_t seed, double mean = 0.0, double sd = 1.0
 // ~ε·|f|/h ≈ 1e-10 for the O(1) losses here: 1e-6 relative leaves a wide
 // margin and still catches any wrong term (a dropped sum, a wrong M, a
 // missing invstd are O(1) relative errors).
-VecD numeric_grad(const std::function<double()>& f, VecD& v, double h = 1e-6) {
-  VecD g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const double keep = v[i];
-    v[i] = keep + h;
-    const double up = f();
-    v[i] = keep - h;
-    const double down = f();
-    v[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
+using mpt_test::numeric_grad;
 
 double norm2(const VecD& v) {
   double s = 0;
@@ -164,16 +153,7 @@ BatchNorm make_bn(const VecD& w, const VecD& b, const VecD& rm, const VecD& rv, 
 }
 
 /// A policy that asks for FP16 arithmetic everywhere (no real recipe does).
-class HalfComputePolicy final : public Policy {
- public:
-  std::string describe() const override { return "f16 compute"; }
-
- protected:
-  OpPrecision decide_op(const OpInfo&, const OpQuery&) const override {
-    return {DType::f16, DType::f16, DType::f16};
-  }
-  DType parameter_dtype_of(const OpInfo&, std::string_view) const override { return DType::f16; }
-};
+using mpt_test::HalfComputePolicy;
 
 Layout layout(const Shape& s) {
   Layout l{s[0], s[1], 1};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_test_support.hpp"
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
@@ -39,19 +40,7 @@ VecD randn(std::size_t n, std::uint64_t seed, double mean = 0.0, double sd = 1.0
 
 // Central differences (h = 1e-6, FP64): truncation ~1e-12, rounding ~1e-10
 // against O(1) gradients, so 1e-6 relative is safe and any wrong term fails.
-VecD numeric_grad(const std::function<double()>& f, VecD& v, double h = 1e-6) {
-  VecD g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const double keep = v[i];
-    v[i] = keep + h;
-    const double up = f();
-    v[i] = keep - h;
-    const double down = f();
-    v[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
+using mpt_test::numeric_grad;
 
 double norm2(const VecD& v) {
   double s = 0;
@@ -133,16 +122,7 @@ LayerNorm make_ln(const Shape& shape, const VecD& w, const VecD& b, const Policy
   return ln;
 }
 
-class HalfComputePolicy final : public Policy {
- public:
-  std::string describe() const override { return "f16 compute"; }
-
- protected:
-  OpPrecision decide_op(const OpInfo&, const OpQuery&) const override {
-    return {DType::f16, DType::f16, DType::f16};
-  }
-  DType parameter_dtype_of(const OpInfo&, std::string_view) const override { return DType::f16; }
-};
+using mpt_test::HalfComputePolicy;
 
 }  // namespace
 

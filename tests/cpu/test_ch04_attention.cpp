@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_test_support.hpp"
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
@@ -69,19 +70,7 @@ bool all_finite(const VecD& v) {
 }
 
 // Central differences in FP64 (h = 1e-6): error ~1e-10 on O(1) gradients.
-VecD numeric_grad(const std::function<double()>& f, VecD& v, double h = 1e-6) {
-  VecD g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const double keep = v[i];
-    v[i] = keep + h;
-    const double up = f();
-    v[i] = keep - h;
-    const double down = f();
-    v[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
+using mpt_test::numeric_grad;
 
 // The FP64 reference, written out: for each of n heads, scores
 // t_ij = scale·Σ_c q_ic k_jc + add_ij (−inf where keep_ij is false), the
@@ -179,16 +168,7 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-class HalfComputePolicy final : public Policy {
- public:
-  std::string describe() const override { return "f16 compute"; }
-
- protected:
-  OpPrecision decide_op(const OpInfo&, const OpQuery&) const override {
-    return {DType::f16, DType::f16, DType::f16};
-  }
-  DType parameter_dtype_of(const OpInfo&, std::string_view) const override { return DType::f16; }
-};
+using mpt_test::HalfComputePolicy;
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "layer_test_support.hpp"
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
@@ -125,16 +126,7 @@ void check_close(const VecD& got, const VecD& want, double rel, double abs_tol =
 
 Tensor scalar(double v) { return tensor({v}, {}); }
 
-class HalfComputePolicy final : public Policy {
- public:
-  std::string describe() const override { return "f16 compute"; }
-
- protected:
-  OpPrecision decide_op(const OpInfo&, const OpQuery&) const override {
-    return {DType::f16, DType::f16, DType::f16};
-  }
-  DType parameter_dtype_of(const OpInfo&, std::string_view) const override { return DType::f16; }
-};
+using mpt_test::HalfComputePolicy;
 
 }  // namespace
 
