@@ -60,9 +60,7 @@ struct Shape {
 /// One timed kernel: its name, its time, its minimum traffic, and the
 /// memcpy of the same bytes for the ratio.
 void report(const std::string& name, float ms, double bytes, const std::function<void()>& copy) {
-  const float copy_ms = median_ms(copy);
-  const double gbps = bytes / (ms * 1e6), copy_gbps = bytes / (copy_ms * 1e6);
-  std::printf("%-56s %9.3f %9.1f %9.2f\n", name.c_str(), ms, gbps, gbps / copy_gbps);
+  bench::report_vs_copy(name, ms, bytes, copy, 56);
 }
 
 }  // namespace

@@ -58,9 +58,7 @@ struct Buffer {
 /// One timed kernel: its name, its time, its minimum traffic, and the
 /// memcpy of the same bytes (half each way) for the ratio.
 void report(const std::string& name, float ms, double bytes, const std::function<void()>& copy) {
-  const float copy_ms = median_ms(copy);
-  const double gbps = bytes / (ms * 1e6), copy_gbps = bytes / (copy_ms * 1e6);
-  std::printf("%-64s %9.3f %9.1f %9.2f\n", name.c_str(), ms, gbps, gbps / copy_gbps);
+  bench::report_vs_copy(name, ms, bytes, copy, 64);
 }
 
 }  // namespace

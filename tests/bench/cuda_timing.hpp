@@ -1,6 +1,7 @@
 // Chapters 01 onwards — what the GPU benchmarks share: CUDA error checks that
-// name the benchmark and exit, and the median time of a callable measured
-// with CUDA events. Depends on: the CUDA runtime.
+// name the benchmark and exit, the median time of a callable measured with
+// CUDA events, and one table row of a kernel beside a copy of its bytes.
+// Depends on: the CUDA runtime.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace bench {
@@ -46,6 +48,17 @@ inline float median_ms(const std::function<void()>& f, int reps = 21) {
   cudaEventDestroy(b);
   std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
   return ms[reps / 2];
+}
+
+/// One row of a GPU benchmark's table: the kernel's name (left-aligned in
+/// `width` columns), its time in ms, the GB/s of its minimum traffic `bytes`,
+/// and that over the GB/s of `copy` (a device memcpy of the same bytes),
+/// timed now.
+inline void report_vs_copy(const std::string& name, float ms, double bytes, const std::function<void()>& copy,
+                           int width) {
+  const float copy_ms = median_ms(copy);
+  const double gbps = bytes / (ms * 1e6), copy_gbps = bytes / (copy_ms * 1e6);
+  std::printf("%-*s %9.3f %9.1f %9.2f\n", width, name.c_str(), ms, gbps, gbps / copy_gbps);
 }
 
 }  // namespace bench
