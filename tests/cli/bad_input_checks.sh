@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # All chapters — the bad-input table (bad_inputs.tsv) run against the `mpt`
 # program: every row is an input `mpt` must refuse, and refuse cleanly.
-# Depends on: bash, coreutils (find, sort, md5sum, wc, head, mktemp), grep,
-# dd, gzip (the digits fixtures); cli_lib.sh is not used: this runner checks
-# many rows in one process and reports each instead of stopping at the first.
+# Depends on: bash, coreutils (find, sort, md5sum, wc, head, tail, tr, seq,
+# yes, dd, mktemp), xargs, diff, grep, gzip (the digits fixtures). It does
+# not source cli_lib.sh: that harness stops at the first failed assertion,
+# and this runner checks every row and reports each.
 #
 # Usage: bad_input_checks.sh PATH/TO/mpt TABLE.tsv [ID...]
 #   Runs every row of TABLE (or only the rows named), prints one line per row
