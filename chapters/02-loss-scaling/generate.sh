@@ -37,7 +37,8 @@ bench_records=(bench-unscale.txt bench-mlp-step.txt)
 source "$chapter_dir/../generate_common.sh"
 
 pitfall_ids=(no-loss-scaling static-scale-too-large update-forgotten clip-before-unscale
-             accumulation-unscale fp16-weights-no-master init-scale-skips adam-eps-fp16)
+             accumulation-unscale fp16-weights-no-master init-scale-skips adam-eps-fp16
+             resume-without-scaler-state)
 
 # Everything the chapter shows. Each output starts with the command a reader
 # would type. Commands that write a picture run in the chapter copy's folder,

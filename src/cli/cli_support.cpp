@@ -24,7 +24,14 @@ constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-1
 }  // namespace
 
 std::string not_a_number(const std::string& token, const std::string& which) {
-  return "cannot parse '" + token + "'" + (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
+  // A token of a million characters is quoted by its start and its length,
+  // so the message stays one readable line.
+  constexpr std::size_t kQuoted = 40;
+  const std::string shown = token.size() <= kQuoted ? token
+                                                    : token.substr(0, kQuoted) + "...' (" +
+                                                          std::to_string(token.size()) + " characters";
+  return "cannot parse '" + shown + (token.size() <= kQuoted ? "'" : ")") +
+         (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
 }
 
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {
@@ -116,6 +123,14 @@ void write_atomically(const std::string& path, const std::string& text) {
 // ---------------------------------------------------------------------------
 // Command-line errors.
 
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& value) {
+        return value.empty() ? "the value is empty; give " + what : std::string();
+      },
+      "", "non-empty");
+}
+
 namespace {
 
 std::string subcommand_names(const CLI::App& app) {
@@ -134,6 +149,16 @@ std::string option_names(const CLI::App& app) {
   return joined(names);
 }
 
+// The chapters that have pitfalls, in registry order: "1, 2, 3, 4".
+std::string pitfall_chapters() {
+  std::vector<std::string> chapters;
+  for (const mpt::Pitfall& p : mpt::pitfall_registry().all()) {
+    const std::string c = std::to_string(p.chapter);
+    if (chapters.empty() || chapters.back() != c) chapters.push_back(c);
+  }
+  return joined(chapters);
+}
+
 // What a missing or malformed item may be. The message is matched whatever
 // the subcommand, so an option of a later family that shares a name (or a
 // prefix) with one below gets that one's choices.
@@ -142,6 +167,8 @@ std::string choices_for(const std::string& message) {
   if (message.find("--mode") != std::string::npos) return "valid modes: rne, rtz, sr";
   if (message.find("--overflow") != std::string::npos) return "valid modes: inf, sat";
   if (message.find("--seed") != std::string::npos) return "the seed is an unsigned integer";
+  if (message.find("--chapter") != std::string::npos)
+    return "give a chapter number (0: all); chapters with pitfalls: " + pitfall_chapters();
   if (message.find("VALUE") != std::string::npos) return std::string("give a number: ") + kNumberHint;
   if (message.find("ID") != std::string::npos) return "valid ids: " + mpt::pitfall_registry().ids();
   return "";

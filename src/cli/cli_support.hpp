@@ -54,7 +54,8 @@ bool parse_number(const std::string& token, T& out) {
 
 /// "cannot parse 'TOKEN' as a number; use decimal (...) or hex-float (...)",
 /// the message for every number that does not parse; `which` ("(input 3)"),
-/// when given, follows the token.
+/// when given, follows the token. A token longer than 40 characters is
+/// quoted by its first 40 and its length.
 std::string not_a_number(const std::string& token, const std::string& which = "");
 
 /// A whole number in [lo, hi], all of the token.
@@ -82,6 +83,10 @@ void write_atomically(const std::string& path, const std::string& text);
 
 // ---------------------------------------------------------------------------
 // Command-line errors: CLI11's messages, reduced to one line with the choices.
+
+/// A CLI11 check for an option whose empty value would silently mean "not
+/// given" (`--svg ''`): it refuses "", saying the value must be `what`.
+CLI::Validator non_empty(const std::string& what);
 
 /// Prints the one line for `e`, found while parsing `app`, to stderr; returns 2.
 int report_parse_error(const CLI::App& app, const CLI::ParseError& e);

@@ -1,9 +1,12 @@
 // Chapter 01 — the number tools of the `mpt` program: formats, explain, round, range.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, and the mpt
 // library's format, rounding, explain and range_report.
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -128,7 +131,7 @@ int cmd_explain(const std::string& value_text, const std::string& format_name) {
 struct RoundArgs {
   std::string format;
   std::string mode = "rne";
-  std::uint64_t seed = 0;
+  std::string seed = "0";  // parsed by cmd_round: CLI11 takes -1 and 2^64 for a uint64_t
   bool saturate = false;
   std::string overflow;
   bool flush = false;
@@ -138,7 +141,12 @@ int cmd_round(const RoundArgs& a) {
   const mpt::Format& f = format_or_usage_error(a.format);
   mpt::RoundingOptions o;
   o.mode = mpt::cli::invalid_argument_is_usage_error([&] { return mpt::rounding_mode_named(a.mode); });
-  o.seed = a.seed;
+  errno = 0;
+  char* end = nullptr;
+  o.seed = std::strtoull(a.seed.c_str(), &end, 10);
+  if (a.seed.empty() || !std::isdigit(static_cast<unsigned char>(a.seed[0])) || errno == ERANGE ||
+      end != a.seed.c_str() + a.seed.size())
+    throw UsageError("--seed: '" + a.seed + "' is not an unsigned integer (0 to 18446744073709551615)");
   if (a.saturate) o.overflow = mpt::OverflowMode::saturate;
   if (a.overflow == "inf") o.overflow = mpt::OverflowMode::infinity;
   else if (a.overflow == "sat") o.overflow = mpt::OverflowMode::saturate;
@@ -187,8 +195,10 @@ void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "the format's default overflow: FP8 saturates). Without --format: one row per format, side by side.");
   explain->add_option("VALUE", e->value, "the number: decimal (0.1, -1e-8) or hex-float (0x1.ffcp+15)")
       ->required();
-  explain->add_option("--format,-f", e->format,
-                      "one format to explain in full: " + mpt::format_names() + " (default: all)");
+  explain
+      ->add_option("--format,-f", e->format,
+                   "one format to explain in full: " + mpt::format_names() + " (default: all)")
+      ->check(mpt::cli::non_empty("a format name"));
   handlers.on(explain, [e] { return cmd_explain(e->value, e->format); });
 
   // round
@@ -202,7 +212,9 @@ void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   round->add_option("--format,-f", r->format, "target format: " + mpt::format_names())->required();
   round->add_option("--mode,-m", r->mode, "rne (nearest, ties to even), rtz (toward zero), sr (stochastic)")
       ->capture_default_str();
-  round->add_option("--seed", r->seed, "seed of stochastic rounding")->capture_default_str();
+  round->add_option("--seed", r->seed, "seed of stochastic rounding (0 to 18446744073709551615)")
+      ->capture_default_str()
+      ->type_name("UINT");
   auto* saturate = round->add_flag("--saturate", r->saturate, "same as --overflow sat");
   round
       ->add_option("--overflow", r->overflow,
@@ -222,7 +234,8 @@ void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "Range report of the numbers on stdin (read as fp32) against a format: how many overflow, "
       "become subnormal, flush to zero, are exact or rounded, and a log2 histogram.");
   range->add_option("--format,-f", g->format, "format: " + mpt::format_names())->required();
-  range->add_option("--svg", g->svg, "also write the histogram as an SVG picture to this file");
+  range->add_option("--svg", g->svg, "also write the histogram as an SVG picture to this file")
+      ->check(mpt::cli::non_empty("a file name"));
   handlers.on(range, [g] { return cmd_range(g->format, g->svg); });
 }
 

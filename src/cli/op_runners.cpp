@@ -129,6 +129,15 @@ namespace {
 // ---------------------------------------------------------------------------
 // What every runner needs.
 
+/// UsageError unless `count` (the elements of what the op would allocate:
+/// its weight, its output) is at most kMaxElements, the bound --shape has.
+void require_at_most_max_elements(double count, const std::string& what) {
+  if (count > static_cast<double>(kMaxElements))
+    throw UsageError(what + " would have " + std::to_string(static_cast<long long>(count)) +
+                     " elements, more than the " + std::to_string(kMaxElements) +
+                     " `mpt op` takes; give smaller sizes");
+}
+
 /// UsageError unless the input has `dims` dimensions.
 void require_dims(const OpCall& c, std::size_t dims, const std::string& op, const std::string& rule) {
   if (c.shape.size() != dims)
@@ -233,6 +242,10 @@ std::vector<OpOutput> run_linear(const OpCall& c, StdinNumbers& in) {
   const std::uint64_t seed = seed_of(c);
   if (c.shape[1] > 65536)
     throw UsageError("--shape " + shape_string(c.shape) + ": linear takes at most 65536 input features");
+  const std::string sizes =
+      "--shape " + shape_string(c.shape) + " --out-features " + std::to_string(out_features);
+  require_at_most_max_elements(static_cast<double>(c.shape[1]) * out_features, sizes + ": the weight");
+  require_at_most_max_elements(static_cast<double>(c.shape[0]) * out_features, sizes + ": the output");
   Rng rng(seed);
   Linear layer(static_cast<int>(c.shape[1]), out_features, rng);
   prepare(layer, c);
@@ -550,6 +563,20 @@ std::vector<OpOutput> run_conv2d(const OpCall& c, StdinNumbers& in) {
   const std::uint64_t seed = seed_of(c);
   if (c.shape[1] > 65536)
     throw UsageError("--shape " + shape_string(c.shape) + ": conv2d takes at most 65536 input channels");
+  {
+    const std::string sizes = "--shape " + shape_string(c.shape) + " --out-channels " +
+                              std::to_string(out_channels) + " --kernel-size " + std::to_string(kernel);
+    const double k2 = static_cast<double>(kernel) * kernel;
+    require_at_most_max_elements(static_cast<double>(out_channels) * static_cast<double>(c.shape[1]) * k2,
+                                 sizes + ": the weight");
+    // Output positions (stride >= 1): at most the padded input's.
+    const double positions = static_cast<double>(c.shape[0]) *
+                             static_cast<double>(c.shape[2] + 2 * o.padding) *
+                             static_cast<double>(c.shape[3] + 2 * o.padding);
+    require_at_most_max_elements(positions * out_channels, sizes + ": the output");
+    require_at_most_max_elements(positions * static_cast<double>(c.shape[1]) * k2,
+                                 sizes + ": the unfolded input");
+  }
   Rng rng(seed);
   Conv2d layer(static_cast<int>(c.shape[1]), out_channels, kernel, rng, o);
   prepare(layer, c);

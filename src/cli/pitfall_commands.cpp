@@ -1,6 +1,6 @@
 // Chapter 01 — the pitfall registry from the `mpt` program: pitfalls, pitfall, tour.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
-// the mpt library's pitfall registry, and mpt_chapters (which fills it).
+// the mpt library's pitfall registry and InputFileError, and mpt_chapters (which fills it).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "mpt/core/input_error.hpp"
 #include "mpt/core/pitfall.hpp"
 
 namespace {
@@ -27,6 +28,17 @@ using mpt::cli::UsageError;
 
 // ---------------------------------------------------------------------------
 // The subcommands.
+
+/// Runs `f`; a data file a pitfall needs that is missing or malformed
+/// (mpt::InputFileError, one line) becomes a UsageError.
+template <typename F>
+decltype(auto) input_file_error_is_usage_error(F&& f) {
+  try {
+    return f();
+  } catch (const mpt::InputFileError& e) {
+    throw UsageError(e.what());
+  }
+}
 
 /// The registered pitfalls of one chapter, or all of them for chapter 0.
 /// A chapter without pitfalls is a usage error naming the chapters that have some.
@@ -172,7 +184,7 @@ std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
 
 int cmd_pitfall(const std::string& id, bool json, bool measured_only) {
   const mpt::Pitfall& p = pitfall_or_usage_error(id);
-  const mpt::Verdict v = mpt::run_pitfall(p);
+  const mpt::Verdict v = input_file_error_is_usage_error([&] { return mpt::run_pitfall(p); });
   if (json) std::cout << verdict_json(v).dump(2) << "\n";
   else std::cout << verdict_text(v, measured_only);
   return v.reproduced() ? 0 : 1;
@@ -184,7 +196,7 @@ int cmd_tour(bool json, int chapter) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     std::cerr << "[" << i + 1 << "/" << all.size() << "] " << all[i]->id << " ... " << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
-    verdicts.push_back(mpt::run_pitfall(*all[i]));
+    verdicts.push_back(input_file_error_is_usage_error([&] { return mpt::run_pitfall(*all[i]); }));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f s", s);

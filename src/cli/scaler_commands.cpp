@@ -188,7 +188,8 @@ void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                    "at this path, up to " +
                        std::to_string(mpt::kMaxPlottedSteps) +
                        " steps (drawn by the library: same bytes on every machine)")
-      ->type_name("FILE.svg");
+      ->type_name("FILE.svg")
+      ->check(mpt::cli::non_empty("a file name"));
   handlers.on(simulate, [a] { return cmd_scaler_simulate(*a); });
 }
 

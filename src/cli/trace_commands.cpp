@@ -12,6 +12,7 @@
 // from the model's parameters, nothing is computed here.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -40,6 +41,9 @@ const std::vector<std::string> kModels = {"mlp", "cnn", "transformer"};
 /// The tiny Transformer `mpt trace` runs: TransformerConfig's defaults
 /// (D = 64, H = 4, L = 2, V = 96) on sequences of kTraceTokens tokens.
 constexpr int kTraceTokens = 8;
+/// The most weights, and the most activations of one layer (batch times
+/// size), an MLP of `mpt trace` may have: 2^24, as `mpt op`'s inputs.
+constexpr std::int64_t kMaxTraceElements = std::int64_t{1} << 24;
 /// The activations of the Chapter 2 MLP, by the names --activation takes.
 const std::vector<std::string> kActivations = {"relu", "gelu", "gelu_tanh"};
 
@@ -81,6 +85,14 @@ std::vector<int> parse_sizes(const std::string& text) {
   if (sizes.size() < 2)
     throw UsageError("--sizes: '" + text + "' names " + std::to_string(sizes.size()) +
                      " size(s); give at least the inputs and the outputs, e.g. --sizes 8,32,32,4");
+  // Each size is bounded, their products are not: 65536,65536 would be 2^32
+  // weights (16 GiB).
+  double weights = 0;
+  for (std::size_t i = 0; i + 1 < sizes.size(); ++i) weights += double(sizes[i]) * sizes[i + 1];
+  if (weights > double(kMaxTraceElements))
+    throw UsageError("--sizes: '" + text + "' makes " + std::to_string(static_cast<long long>(weights)) +
+                     " weights, more than the " + std::to_string(kMaxTraceElements) +
+                     " `mpt trace` takes; give smaller sizes, e.g. --sizes 8,32,32,4");
   return sizes;
 }
 
@@ -132,6 +144,12 @@ Setup setup_of(const TraceArgs& a) {
   if (!mpt::cli::parse_integer(a.batch, 1, 4096, v))
     throw UsageError("--batch: '" + a.batch + "' is not a batch size; give a whole number from 1 to 4096");
   s.batch = v;
+  for (const int size : s.config.sizes)
+    if (double(s.batch) * size > double(kMaxTraceElements))
+      throw UsageError("--batch " + a.batch + " --sizes " + a.sizes + ": a layer of " + std::to_string(size) +
+                       " makes " + std::to_string(s.batch * size) + " activations, more than the " +
+                       std::to_string(kMaxTraceElements) +
+                       " `mpt trace` takes; give a smaller batch or sizes");
   if (!mpt::cli::parse_integer(a.seed, 0, std::numeric_limits<long long>::max(), v))
     throw UsageError("--seed: '" + a.seed + "' is not a seed; give a whole number from 0");
   s.seed = static_cast<std::uint64_t>(v);
@@ -295,7 +313,8 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   trace
       ->add_option("--dot", a->dot,
                    "also write the trace as a Graphviz graph to this file (written atomically)")
-      ->type_name("FILE.dot");
+      ->type_name("FILE.dot")
+      ->check(mpt::cli::non_empty("a file name"));
   trace
       ->add_option("--rankdir", a->rankdir,
                    "the graph's direction: LR (left to right, the default) or TB (top to bottom, for "

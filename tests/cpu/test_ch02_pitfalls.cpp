@@ -63,10 +63,11 @@ bool nan_expected(const std::string& id, const std::string& outcome) {
 
 }  // namespace
 
-TEST_CASE("chapter 2 registers its eight pitfalls, in order, after chapter 1's") {
+TEST_CASE("chapter 2 registers its nine pitfalls, in order, after chapter 1's") {
   const std::vector<std::string> expected = {
-      "no-loss-scaling",      "static-scale-too-large", "update-forgotten", "clip-before-unscale",
-      "accumulation-unscale", "fp16-weights-no-master", "init-scale-skips", "adam-eps-fp16"};
+      "no-loss-scaling",     "static-scale-too-large", "update-forgotten",
+      "clip-before-unscale", "accumulation-unscale",   "fp16-weights-no-master",
+      "init-scale-skips",    "adam-eps-fp16",          "resume-without-scaler-state"};
   std::vector<std::string> ids;
   for (const Pitfall* p : chapter2()) ids.push_back(p->id);
   CHECK(ids == expected);
@@ -192,5 +193,13 @@ TEST_CASE("chapter 2: the numbers the chapter states") {
     CHECK(b.get("eps_stored") == 0.0);
     CHECK(f.get("eps_stored") == static_cast<double>(1e-8f));
     CHECK(2 * b.get("state_bytes") == f.get("state_bytes"));
+  }
+  SUBCASE("resume-without-scaler-state: the fresh scaler halves its way back from 2^16, one skip a halving") {
+    const RunResult b = runs_of("resume-without-scaler-state").broken;
+    const RunResult f = runs_of("resume-without-scaler-state").fixed;
+    CHECK(b.get("scale_after_resume") == 65536.0);
+    CHECK(b.get("skipped_after_resume") == std::log2(65536.0 / b.get("saved_scale")));
+    CHECK(f.get("skipped_after_resume") == 0.0);
+    CHECK(f.get("first_differing_step") == 0.0);
   }
 }

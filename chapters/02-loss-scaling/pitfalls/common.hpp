@@ -85,5 +85,8 @@ Pitfall init_scale_skips_pitfall();
 /// adam-eps-fp16: AdamW with fp16 state: eps = 1e-8 is 0 and v underflows,
 /// so the update divides by zero.
 Pitfall adam_eps_fp16_pitfall();
+/// resume-without-scaler-state: a checkpoint without scaler.state_dict()
+/// resumes at 2^16 with a tracker of 0, and skips iterations again.
+Pitfall resume_without_scaler_state_pitfall();
 
 }  // namespace mpt::ch02

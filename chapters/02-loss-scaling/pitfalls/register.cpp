@@ -21,6 +21,7 @@ void register_chapter02_pitfalls(Registry& registry) {
   registry.add(ch02::fp16_weights_no_master_pitfall());
   registry.add(ch02::init_scale_skips_pitfall());
   registry.add(ch02::adam_eps_fp16_pitfall());
+  registry.add(ch02::resume_without_scaler_state_pitfall());
 }
 
 }  // namespace mpt

@@ -1,5 +1,6 @@
 // Chapter 01 — the pitfall registry; later chapters add entries.
-// Depends on: pitfall.hpp and the standard library only.
+// Depends on: pitfall.hpp, input_error.hpp (InputFileError, let through) and the
+// standard library only.
 //
 // Validation lives here so that a malformed entry fails at registration,
 // where its author is looking, rather than deep inside the CLI or a test.
@@ -7,6 +8,8 @@
 
 #include <exception>
 #include <stdexcept>
+
+#include "mpt/core/input_error.hpp"
 
 namespace mpt {
 
@@ -47,6 +50,8 @@ void run_side(const std::function<RunResult()>& run, const std::vector<Check>& c
   std::exception_ptr failure;
   try {
     result = run();
+  } catch (const InputFileError&) {
+    throw;  // bad input (a data file), the caller's to report: not a failed reproduction
   } catch (...) {
     failure = std::current_exception();
   }

@@ -119,7 +119,10 @@ std::vector<std::pair<std::string, bool>> evaluate_checks(const std::vector<Chec
 /// Run both sides of a pitfall and evaluate its checks: the symptom on the
 /// broken run, the cure on the fixed run, the preconditions on both. A run
 /// that throws is reported as a failed check carrying the exception's
-/// message (in the symptom or cure list, and in its preconditions list).
+/// message (in the symptom or cure list, and in its preconditions list);
+/// except an InputFileError (input_error.hpp: a data file the run needs is
+/// missing or malformed), which propagates: it is bad input, not a failed
+/// reproduction.
 Verdict run_pitfall(const Pitfall& p);
 
 /// The project's registry with every chapter's pitfalls (defined in

@@ -120,15 +120,22 @@ std::string default_data_dir() {
 
 std::string digits_path() { return default_data_dir() + "/digits.csv.gz"; }
 
-std::string digits_fetch_instructions(const std::string& dir) {
+namespace {
+
+std::string fetch_script() {
 #if defined(MPT_SOURCE_DIR)
-  const std::string script = std::string(MPT_SOURCE_DIR) + "/tools/fetch_digits.sh";
+  return std::string(MPT_SOURCE_DIR) + "/tools/fetch_digits.sh";
 #else
-  const std::string script = "tools/fetch_digits.sh";
+  return "tools/fetch_digits.sh";
 #endif
+}
+
+}  // namespace
+
+std::string digits_fetch_instructions(const std::string& dir) {
   return "Get it (extracted from Debian's python3-sklearn package; no Python is installed) with:\n"
          "  " +
-         script + " " + dir +
+         fetch_script() + " " + dir +
          "\n"
          "or, from a configured build directory: cmake --build <build-dir> --target fetch-data\n"
          "Set MPT_DATA_DIR to read the data from another directory.";
@@ -138,7 +145,7 @@ namespace {
 
 std::string read_gzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(path + ": cannot open for reading");
+  if (!f) throw InputFileError(path + ": cannot open for reading; give a gzip-compressed digits CSV");
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -147,7 +154,8 @@ std::string read_gzip(const std::string& path) {
       int code = 0;
       const std::string msg = gzerror(f, &code);
       gzclose(f);
-      throw std::runtime_error(path + ": not a readable gzip file (" + msg + ")");
+      throw InputFileError(path + ": not a readable gzip file (" + msg +
+                           "); give a gzip-compressed digits CSV");
     }
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
@@ -158,7 +166,8 @@ std::string read_gzip(const std::string& path) {
   const std::string msg = gzerror(f, &code);
   gzclose(f);
   if (code != Z_OK && code != Z_STREAM_END)
-    throw std::runtime_error(path + ": not a readable gzip file (" + msg + "; truncated?)");
+    throw InputFileError(path + ": not a readable gzip file (" + msg +
+                         "; truncated?); give a whole gzip-compressed digits CSV");
   return out;
 }
 
@@ -168,8 +177,11 @@ Dataset load_digits(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     const std::string dir = std::filesystem::path(path).parent_path().string();
-    throw DataFileMissing("digits data file not found: " + path + "\n" +
-                          digits_fetch_instructions(dir.empty() ? "." : dir));
+    throw DataFileMissing("digits data file not found: " + path + "; get it with " + fetch_script() + " " +
+                          (dir.empty() ? "." : dir) +
+                          " (it extracts the file from Debian's python3-sklearn package), or from a "
+                          "configured build directory with cmake --build <build-dir> --target fetch-data, "
+                          "or set MPT_DATA_DIR to the directory that holds digits.csv.gz");
   }
   const std::string text = read_gzip(path);
   constexpr int kPixels = 64;
@@ -186,9 +198,9 @@ Dataset load_digits(const std::string& path) {
     if (!row.empty() && row.back() == '\r') row.pop_back();
     if (row.empty()) continue;
     const auto fail = [&](const std::string& why) {
-      throw std::runtime_error(path + " line " + std::to_string(line) + ": " + why +
-                               " (expected 64 pixel counts 0..16 and a label 0..9, "
-                               "comma-separated)");
+      throw InputFileError(path + " line " + std::to_string(line) + ": " + why +
+                           " (expected 64 pixel counts 0..16 and a label 0..9, "
+                           "comma-separated)");
     };
     int field = 0;
     std::size_t p = 0;
@@ -212,7 +224,9 @@ Dataset load_digits(const std::string& path) {
     }
     if (field != kPixels + 1) fail(std::to_string(field) + " fields");
   }
-  if (labels.empty()) throw std::runtime_error(path + ": no rows");
+  if (labels.empty())
+    throw InputFileError(path +
+                         ": no rows; expected one row per image, 64 pixel counts 0..16 and a label 0..9");
   Dataset d;
   d.name = "digits";
   d.num_classes = 10;

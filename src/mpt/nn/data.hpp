@@ -1,5 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights.
-// Depends on: the core tier (tensor.hpp: MatrixF, random.hpp: Rng), Eigen; zlib in data.cpp.
+// Depends on: the core tier (tensor.hpp: MatrixF, random.hpp: Rng, input_error.hpp:
+// InputFileError), Eigen; zlib in data.cpp.
 //
 // Data for the training chapters: a portable seeded random generator,
 // synthetic sets built to make a failure happen deterministically, and the
@@ -16,6 +17,7 @@
 
 #include <Eigen/Core>
 
+#include "mpt/core/input_error.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 
@@ -95,10 +97,10 @@ Dataset make_tiny_target_regression(const TinyTargetOptions& o = {});
 
 // --- the digits set --------------------------------------------------------------
 
-/// Thrown when a data file is absent; what() says how to get it.
-class DataFileMissing : public std::runtime_error {
+/// Thrown when a data file is absent; what() (one line) says how to get it.
+class DataFileMissing : public InputFileError {
  public:
-  using std::runtime_error::runtime_error;
+  using InputFileError::InputFileError;
 };
 
 /// Where the real data sets live: $MPT_DATA_DIR when set and non-empty,
@@ -114,8 +116,9 @@ std::string digits_fetch_instructions(const std::string& dir);
 /// row per image, 64 pixel counts 0..16 (8x8, row-major) then the label
 /// 0..9, comma-separated, no header. Pixels become x = count/16 in [0, 1]
 /// (exact in fp16 and bf16). Throws DataFileMissing (with the fetch
-/// commands) when the file does not exist, std::runtime_error naming the
-/// file and line for anything malformed.
+/// commands) when the file does not exist, InputFileError (a
+/// std::runtime_error; one line) naming the file and line for anything
+/// unreadable or malformed.
 Dataset load_digits(const std::string& path);
 /// load_digits(digits_path()).
 Dataset load_digits();
