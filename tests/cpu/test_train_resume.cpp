@@ -139,7 +139,7 @@ TEST_CASE("a checkpoint of another configuration is refused, naming the field an
     r.restore(wrong);
     FAIL("a wrong shape was accepted");
   } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("checkpoint tensor master/fc1.weight has shape 16x16, this model.s is 32x8") != std::string::npos);
+    CHECK(std::string(e.what()).find("checkpoint tensor master/fc1.weight has shape 16x16, this model's is 32x8") != std::string::npos);
   }
   CHECK(r.steps_done() == 0);
 }
