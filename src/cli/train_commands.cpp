@@ -94,9 +94,11 @@ Plan plan_of(const TrainArgs& a) {
   Plan p;
   tr::RunConfig& c = p.config;
   if (a.model.empty()) throw UsageError("missing --model; give mlp, cnn or transformer");
-  if (a.policy.empty()) throw UsageError("missing --policy; give a policy such as f32, f16, bf16 or f16+keep-f32:layer_norm");
+  if (a.policy.empty())
+    throw UsageError("missing --policy; give a policy such as f32, f16, bf16 or f16+keep-f32:layer_norm");
   if (a.scaler.empty()) throw UsageError("missing --scaler; give dynamic, static:S (S > 0) or none");
-  if (a.steps.empty()) throw UsageError("missing --steps; give the number of steps to train, e.g. --steps 200");
+  if (a.steps.empty())
+    throw UsageError("missing --steps; give the number of steps to train, e.g. --steps 200");
   c.model = a.model;
   c.data = a.data;
   c.policy = a.policy;
@@ -118,7 +120,8 @@ Plan plan_of(const TrainArgs& a) {
     c.seed = s;
   }
   if (!a.every.empty()) {
-    if (a.checkpoint.empty()) throw UsageError("--every needs --checkpoint DIR: where to write the checkpoints");
+    if (a.checkpoint.empty())
+      throw UsageError("--every needs --checkpoint DIR: where to write the checkpoints");
     c.every = whole_option("--every", a.every, 1, kMaxSteps);
   }
   if (a.resume && !a.resume_from.empty())
@@ -126,7 +129,8 @@ Plan plan_of(const TrainArgs& a) {
         "--resume and --resume-from cannot be combined; --resume takes the newest checkpoint in --checkpoint "
         "DIR, --resume-from PATH a specific one");
   if (a.resume && a.checkpoint.empty())
-    throw UsageError("--resume needs --checkpoint DIR: the directory whose newest checkpoint to continue from");
+    throw UsageError(
+        "--resume needs --checkpoint DIR: the directory whose newest checkpoint to continue from");
   c = invalid_argument_is_usage_error([&] { return tr::resolve_config(c); });
   p.kill = invalid_argument_is_usage_error([] { return tr::kill_point_from_environment(); });
   p.json = a.json;
@@ -137,18 +141,22 @@ Plan plan_of(const TrainArgs& a) {
   }
   if (!a.plot.empty()) {
     if (!is_directory(directory_of(a.plot)))
-      throw UsageError("--plot: the directory '" + directory_of(a.plot) + "' of '" + a.plot + "' does not exist");
+      throw UsageError("--plot: the directory '" + directory_of(a.plot) + "' of '" + a.plot +
+                       "' does not exist");
     if (!gnuplot_on_path())
       throw UsageError(
-          "--plot needs gnuplot, which is not on PATH; install it (Debian: apt-get install gnuplot-nox) or drop "
+          "--plot needs gnuplot, which is not on PATH; install it (Debian: apt-get install gnuplot-nox) or "
+          "drop "
           "--plot");
     p.plot = a.plot;
   }
   if (a.resume) {
     const auto all = invalid_argument_is_usage_error([&] { return tr::list_checkpoints(a.checkpoint); });
     if (all.empty())
-      throw UsageError("no checkpoint in '" + a.checkpoint + "' to resume from; start the run without --resume "
-                       "(--checkpoint " + a.checkpoint + " --every K writes them)");
+      throw UsageError("no checkpoint in '" + a.checkpoint +
+                       "' to resume from; start the run without --resume "
+                       "(--checkpoint " +
+                       a.checkpoint + " --every K writes them)");
     p.resume_path = all.back().second;
   } else if (!a.resume_from.empty()) {
     p.resume_path = a.resume_from;
@@ -165,8 +173,9 @@ Plan plan_of(const TrainArgs& a) {
                        (what.find("--resume-from") == std::string::npos ? other : ""));
     }
     if (p.resume.step > c.steps)
-      throw UsageError("checkpoint " + path + " is at step " + std::to_string(p.resume.step) + ", past --steps " +
-                       std::to_string(c.steps) + "; give --steps " + std::to_string(p.resume.step) + " or more");
+      throw UsageError("checkpoint " + path + " is at step " + std::to_string(p.resume.step) +
+                       ", past --steps " + std::to_string(c.steps) + "; give --steps " +
+                       std::to_string(p.resume.step) + " or more");
   }
   return p;
 }
@@ -216,8 +225,11 @@ void draw_plot(const std::string& path, const std::vector<tr::StepRecord>& histo
   const std::string tmp = path + ".gnuplot.tmp";
   std::string script =
       "set terminal svg size 900,500 background rgb 'white'\n"
-      "set output '" + tmp + "'\n"
-      "set title 'mpt train: " + c.model + " on " + c.data + ", policy " + c.policy + ", scaler " + c.scaler +
+      "set output '" +
+      tmp +
+      "'\n"
+      "set title 'mpt train: " +
+      c.model + " on " + c.data + ", policy " + c.policy + ", scaler " + c.scaler +
       "' noenhanced\n"
       "set xlabel 'step'\nset ylabel 'training loss'\nset y2label 'loss scale (log)'\n"
       "set logscale y2\nset ytics nomirror\nset y2tics\nset grid\nset key top right\n"
@@ -264,7 +276,8 @@ int cmd_train(const TrainArgs& a) {
       throw UsageError("checkpoint " + p.resume_path + ": " + e.what());
     }
   }
-  if (!p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) && ::mkdir(p.checkpoint_dir.c_str(), 0755) != 0)
+  if (!p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) &&
+      ::mkdir(p.checkpoint_dir.c_str(), 0755) != 0)
     throw UsageError("--checkpoint: cannot create '" + p.checkpoint_dir + "'");
 
   const std::int64_t steps = p.config.steps;
@@ -287,8 +300,9 @@ int cmd_train(const TrainArgs& a) {
     if (!p.checkpoint_dir.empty() && ((p.config.every > 0 && k % p.config.every == 0) || k == steps)) {
       const tr::KillPoint kill = p.kill;
       try {
-        tr::save_checkpoint(p.checkpoint_dir, run.checkpoint(),
-                            [&kill, k](mpt::AtomicWriteStage s) { tr::maybe_kill_in_checkpoint(kill, k, s); });
+        tr::save_checkpoint(p.checkpoint_dir, run.checkpoint(), [&kill, k](mpt::AtomicWriteStage s) {
+          tr::maybe_kill_in_checkpoint(kill, k, s);
+        });
       } catch (const mpt::FileWriteError& e) {
         throw std::runtime_error(std::string("checkpoint not written: ") + e.what());
       }
@@ -325,10 +339,10 @@ int cmd_train(const TrainArgs& a) {
   }
   std::cout << "final loss " << loss_text(s.final_loss) << " (step " << steps << "), " << s.metric << " "
             << mpt::cli::outcome_text(s.metric_value) << "\n"
-            << "skipped steps " << s.skipped << " of " << steps << ", final scale " << scale_text(s.final_scale)
-            << "\n"
-            << "checkpoints written " << written << (p.checkpoint_dir.empty() ? "" : " to " + p.checkpoint_dir)
-            << "\n"
+            << "skipped steps " << s.skipped << " of " << steps << ", final scale "
+            << scale_text(s.final_scale) << "\n"
+            << "checkpoints written " << written
+            << (p.checkpoint_dir.empty() ? "" : " to " + p.checkpoint_dir) << "\n"
             << "masters checksum " << hex64(run.masters_checksum()) << "\n";
   char w[64];
   std::snprintf(w, sizeof w, "wall time %.2f s", wall);
@@ -344,22 +358,25 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   auto a = std::make_shared<TrainArgs>();
   auto* t = app.add_subcommand(
       "train",
-      "Train a chapter's model (Chapter 2's MLP, Chapter 3's CNN, Chapter 4's Transformer) with any policy and "
+      "Train a chapter's model (Chapter 2's MLP, Chapter 3's CNN, Chapter 4's Transformer) with any policy "
+      "and "
       "loss scaler, printing progress and a summary; checkpoints are written atomically and a run killed "
       "anywhere resumes to the same bits.");
   t->add_option("--model", a->model, "mlp (Chapter 2), cnn (Chapter 3) or transformer (Chapter 4) (required)")
       ->type_name("NAME");
-  t->add_option("--data", a->data,
-                "synthetic (blobs) or digits for mlp, digits for cnn, text (the licence corpus) for transformer; "
-                "default: the first of the model's")
+  t->add_option(
+       "--data", a->data,
+       "synthetic (blobs) or digits for mlp, digits for cnn, text (the licence corpus) for transformer; "
+       "default: the first of the model's")
       ->type_name("NAME");
   t->add_option("--policy", a->policy,
                 "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]], DTYPE f32, bf16 or f16; e.g. "
                 "f16+keep-f32:layer_norm (required)")
       ->type_name("P");
-  t->add_option("--scaler", a->scaler,
-                "dynamic (a GradScaler, PyTorch's defaults), static:S (a constant scale S > 0, never skips) or "
-                "none (required)")
+  t->add_option(
+       "--scaler", a->scaler,
+       "dynamic (a GradScaler, PyTorch's defaults), static:S (a constant scale S > 0, never skips) or "
+       "none (required)")
       ->type_name("S");
   t->add_option("--optimizer", a->optimizer,
                 "sgd (momentum 0.9) or adamw (no weight decay); default sgd for mlp and cnn, adamw for "
@@ -377,10 +394,12 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                 "and after the last; the newest two are kept")
       ->type_name("DIR");
   t->add_option("--every", a->every, "with --checkpoint: a checkpoint every K steps, K >= 1")->type_name("K");
-  t->add_flag("--resume", a->resume,
-              "continue from the newest complete checkpoint in --checkpoint DIR (refused if it is corrupted or "
-              "made with another model, data, policy, scaler, optimizer, lr or seed)");
-  t->add_option("--resume-from", a->resume_from, "continue from this checkpoint file instead")->type_name("PATH");
+  t->add_flag(
+      "--resume", a->resume,
+      "continue from the newest complete checkpoint in --checkpoint DIR (refused if it is corrupted or "
+      "made with another model, data, policy, scaler, optimizer, lr or seed)");
+  t->add_option("--resume-from", a->resume_from, "continue from this checkpoint file instead")
+      ->type_name("PATH");
   t->add_flag("--json", a->json,
               "stdout is one JSON document: config, steps [{step, loss, scale, skipped}] of the whole run, "
               "summary, masters_checksum, and timing (the only part that differs between equal runs)");

@@ -46,11 +46,13 @@ Checkpoint sample() {
   c.tensors.push_back({"master/fc.weight", {2, 3}, {1.5f, -2.25f, 0.0f, -0.0f, 1e-30f, 3.0f}});
   c.tensors.push_back({"running_var/bn1", {2}, {0.5f, 4.0f}});
   c.counters = {{"num_batches_tracked/bn1", 3}, {"adamw.steps", 2}};
-  c.scaler_state = R"({"scale":65536.0,"growth_factor":2.0,"backoff_factor":0.5,"growth_interval":2000,"_growth_tracker":3})";
+  c.scaler_state =
+      R"({"scale":65536.0,"growth_factor":2.0,"backoff_factor":0.5,"growth_interval":2000,"_growth_tracker":3})";
   c.data_epoch = 2;
   c.data_position = 128;
   c.rngs = {{0x0123456789abcdefull, true, -0.75}, {42, false, 0.0}};
-  c.history = {{1, 2.5f, 65536.0f, false}, {2, std::numeric_limits<float>::quiet_NaN(), 32768.0f, true},
+  c.history = {{1, 2.5f, 65536.0f, false},
+               {2, std::numeric_limits<float>::quiet_NaN(), 32768.0f, true},
                {3, 2.25f, 32768.0f, false}};
   return c;
 }
@@ -204,7 +206,7 @@ TEST_CASE("the payload's lengths, counts and values are checked before anything 
   // A tensor claiming 2^60 values in a few bytes: refused by its size, not by an allocation.
   std::string huge = good;
   const std::size_t name_at = huge.find("master/fc.weight");
-  const std::size_t count_at = name_at + 16 + 4 + 2 * 8;  // name, rank, dims
+  const std::size_t count_at = name_at + 16 + 4 + 16;  // name, rank, dims
   for (int k = 0; k < 8; ++k) huge[count_at + k] = k == 7 ? 0x10 : 0;
   CHECK(error(huge).find("has 1152921504606846976 values") != std::string::npos);
   // A string length larger than what is left.
@@ -296,8 +298,8 @@ TEST_CASE("write_file_atomically: the new bytes or the old file, never a tempora
   write_file_atomically(path, "first", [&seen](AtomicWriteStage s) { seen.push_back(s); });
   CHECK(read_file(path) == "first");
   CHECK_FALSE(exists(atomic_temp_path(path)));
-  CHECK(seen == std::vector<AtomicWriteStage>{AtomicWriteStage::partly_written, AtomicWriteStage::before_fsync,
-                                              AtomicWriteStage::before_rename,
+  CHECK(seen == std::vector<AtomicWriteStage>{AtomicWriteStage::partly_written,
+                                              AtomicWriteStage::before_fsync, AtomicWriteStage::before_rename,
                                               AtomicWriteStage::before_dir_fsync});
   // The temporary cannot be created (a directory has its name): the old file stays.
   REQUIRE(::mkdir(atomic_temp_path(path).c_str(), 0755) == 0);
@@ -341,7 +343,8 @@ TEST_CASE("save_checkpoint keeps the newest two; list_checkpoints ignores tempor
     CHECK(std::string(e.what()).rfind("checkpoint " + all[1].second + ": too short", 0) == 0);
   }
   CHECK_THROWS_AS(list_checkpoints(dir + "/missing"), std::invalid_argument);
-  for (const char* f : {"/ckpt-000000002.mpt", "/ckpt-000000003.mpt", "/ckpt-000000009.mpt.tmp", "/notes.txt"})
+  for (const char* f :
+       {"/ckpt-000000002.mpt", "/ckpt-000000003.mpt", "/ckpt-000000009.mpt.tmp", "/notes.txt"})
     std::remove((dir + f).c_str());
   ::rmdir(dir.c_str());
 }

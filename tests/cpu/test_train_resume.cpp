@@ -96,7 +96,7 @@ TEST_CASE("a checkpoint of another configuration is refused, naming the field an
   TrainRun a(config("mlp", "synthetic", "f16"));
   (void)a.step();
   const Checkpoint c = a.checkpoint();
-  const auto refusal = [&c](RunConfig other) {
+  const auto refusal = [&c](const RunConfig& other) {
     TrainRun r(other);
     const std::uint64_t before = r.masters_checksum();
     try {
@@ -109,7 +109,8 @@ TEST_CASE("a checkpoint of another configuration is refused, naming the field an
     return std::string();
   };
   CHECK(refusal(config("mlp", "synthetic", "bf16")) ==
-        "the checkpoint was made with policy f16 but this run has policy bf16; run with the checkpoint's policy, "
+        "the checkpoint was made with policy f16 but this run has policy bf16; run with the checkpoint's "
+        "policy, "
         "or pick another checkpoint with --resume-from PATH");
   CHECK(refusal(config("mlp", "digits", "f16")).find("data synthetic but this run has data digits") !=
         std::string::npos);
@@ -139,7 +140,9 @@ TEST_CASE("a checkpoint of another configuration is refused, naming the field an
     r.restore(wrong);
     FAIL("a wrong shape was accepted");
   } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("checkpoint tensor master/fc1.weight has shape 16x16, this model's is 32x8") != std::string::npos);
+    CHECK(std::string(e.what()).find(
+              "checkpoint tensor master/fc1.weight has shape 16x16, this model's is 32x8") !=
+          std::string::npos);
   }
   CHECK(r.steps_done() == 0);
 }
@@ -159,7 +162,7 @@ TEST_CASE("resolve_config fills the chapters' defaults and refuses what is not a
   RunConfig s = config("cnn", "", "bf16");
   s.scaler = "static:1024.0";
   CHECK(resolve_config(s).scaler == "static:1024");
-  const auto error = [](RunConfig c) {
+  const auto error = [](const RunConfig& c) {
     try {
       (void)resolve_config(c);
     } catch (const std::invalid_argument& e) {

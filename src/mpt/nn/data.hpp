@@ -70,8 +70,7 @@ class Batches {
   /// number of batches within one epoch, or a nonzero position before the
   /// first epoch.
   void restore(std::uint64_t epoch, Eigen::Index position) {
-    if (epoch == 0 ? position != 0
-                   : position < batch_ || position > data_->size() || position % batch_ != 0)
+    if (epoch == 0 ? position != 0 : position < batch_ || position > data_->size() || position % batch_ != 0)
       throw std::invalid_argument("batch position " + std::to_string(position) + " of epoch " +
                                   std::to_string(epoch) + " is not a whole number of batches of " +
                                   std::to_string(batch_) + " within " + std::to_string(data_->size()) +

@@ -89,11 +89,13 @@ void AdamW::step() {
 
 void AdamW::set_state(std::int64_t steps, const std::vector<MatrixF>& m, const std::vector<MatrixF>& v) {
   if (steps < 0)
-    throw std::invalid_argument("AdamW state: step count " + std::to_string(steps) + " is negative; give >= 0");
+    throw std::invalid_argument("AdamW state: step count " + std::to_string(steps) +
+                                " is negative; give >= 0");
   if (m.size() != params_.size() || v.size() != params_.size())
     throw std::invalid_argument("AdamW state: " + std::to_string(m.size()) + " first and " +
                                 std::to_string(v.size()) + " second moments for " +
-                                std::to_string(params_.size()) + " parameters; give one of each per parameter");
+                                std::to_string(params_.size()) +
+                                " parameters; give one of each per parameter");
   const Format& sf = format_of(options_.state_dtype);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const std::string& name = params_[i]->name;

@@ -88,13 +88,15 @@ class Reader {
   std::uint32_t u32(const char* what) {
     need(4, what);
     std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(b_[pos_++])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(b_[pos_++])) << (8 * i);
     return v;
   }
   std::uint64_t u64(const char* what) {
     need(8, what);
     std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(b_[pos_++])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(b_[pos_++])) << (8 * i);
     return v;
   }
   std::int64_t i64(const char* what) { return static_cast<std::int64_t>(u64(what)); }
@@ -296,7 +298,8 @@ std::string checkpoint_file_name(std::int64_t step) {
 std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr)
-    throw std::invalid_argument("cannot read the checkpoint directory '" + dir + "': " + std::strerror(errno));
+    throw std::invalid_argument("cannot read the checkpoint directory '" + dir +
+                                "': " + std::strerror(errno));
   std::vector<std::pair<std::int64_t, std::string>> out;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
@@ -313,7 +316,7 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
 
 std::string save_checkpoint(const std::string& dir, const Checkpoint& c,
                             const std::function<void(AtomicWriteStage)>& observe) {
-  const std::string path = dir + "/" + checkpoint_file_name(c.step);
+  std::string path = dir + "/" + checkpoint_file_name(c.step);
   write_file_atomically(path, serialize_checkpoint(c), observe);
   std::vector<std::pair<std::int64_t, std::string>> all;
   try {

@@ -59,14 +59,15 @@ inline constexpr std::uint32_t kCheckpointVersion = 1;
 /// and checks every field.
 struct RunConfig {
   std::string model = "mlp";  ///< mlp | cnn | transformer
-  std::string data;           ///< synthetic | digits (mlp), digits (cnn), text (transformer); "" = the model's first
-  std::string policy = "f32";  ///< DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]]
+  std::string data;  ///< synthetic | digits (mlp), digits (cnn), text (transformer); "" = the model's first
+  std::string policy = "f32";      ///< DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]]
   std::string scaler = "dynamic";  ///< dynamic | static:S | none
-  std::string optimizer;           ///< sgd | adamw; "" = the model's (sgd for mlp and cnn, adamw for transformer)
-  double lr = 0;                   ///< learning rate; 0 = the optimizer's default (sgd 0.05, adamw 3e-3)
-  std::optional<std::uint64_t> seed;  ///< initial weights; unset = the chapter's (mlp 7, cnn 3, transformer 1)
-  std::int64_t steps = 100;           ///< steps to run in all
-  std::int64_t every = 0;             ///< checkpoint every this many steps (0: never)
+  std::string optimizer;  ///< sgd | adamw; "" = the model's (sgd for mlp and cnn, adamw for transformer)
+  double lr = 0;          ///< learning rate; 0 = the optimizer's default (sgd 0.05, adamw 3e-3)
+  std::optional<std::uint64_t>
+      seed;                  ///< initial weights; unset = the chapter's (mlp 7, cnn 3, transformer 1)
+  std::int64_t steps = 100;  ///< steps to run in all
+  std::int64_t every = 0;    ///< checkpoint every this many steps (0: never)
 };
 
 /// What one step did.
@@ -86,15 +87,15 @@ struct TensorRecord {
 
 /// Everything a resumed run needs (see the file comment).
 struct Checkpoint {
-  RunConfig config;                    ///< the resolved configuration it was made with
-  std::int64_t step = 0;               ///< steps taken
-  std::vector<TensorRecord> tensors;   ///< masters, buffers, optimizer state
+  RunConfig config;                   ///< the resolved configuration it was made with
+  std::int64_t step = 0;              ///< steps taken
+  std::vector<TensorRecord> tensors;  ///< masters, buffers, optimizer state
   std::vector<std::pair<std::string, std::int64_t>> counters;  ///< whole-number state
-  std::string scaler_state = "{}";     ///< GradScaler::state_dict()
-  std::uint64_t data_epoch = 0;        ///< Batches::epoch()
-  std::int64_t data_position = 0;      ///< Batches::position()
-  std::vector<Rng::State> rngs;        ///< every generator the run draws from, in order
-  std::vector<StepRecord> history;     ///< every step's record (step of them)
+  std::string scaler_state = "{}";                             ///< GradScaler::state_dict()
+  std::uint64_t data_epoch = 0;                                ///< Batches::epoch()
+  std::int64_t data_position = 0;                              ///< Batches::position()
+  std::vector<Rng::State> rngs;     ///< every generator the run draws from, in order
+  std::vector<StepRecord> history;  ///< every step's record (step of them)
 };
 
 /// The file's bytes (see the file comment).

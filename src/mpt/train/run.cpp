@@ -35,10 +35,10 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
-constexpr Eigen::Index kBatch = 64;          // mlp and cnn rows per step (Chapters 2 and 3)
-constexpr std::uint64_t kBatchSeed = 1234;   // Chapter 2's batch order seed
-constexpr int kTextBatch = 16;               // Chapter 4's windows per step
-constexpr int kTextEvalBatches = 4;          // its validation batches
+constexpr Eigen::Index kBatch = 64;         // mlp and cnn rows per step (Chapters 2 and 3)
+constexpr std::uint64_t kBatchSeed = 1234;  // Chapter 2's batch order seed
+constexpr int kTextBatch = 16;              // Chapter 4's windows per step
+constexpr int kTextEvalBatches = 4;         // its validation batches
 constexpr const char* kPolicyGrammar =
     "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]], e.g. f16 or f16+keep-f32:layer_norm";
 
@@ -107,7 +107,9 @@ ParsedPolicy parse_policy(const std::string& text) {
     const std::string& part = parts[i];
     const std::size_t colon = part.find(':');
     const std::string key = part.substr(0, colon);
-    std::vector<std::string>* into = key == "keep-f32" ? &p.ops : key == "keep-f32-layers" ? &p.layers : nullptr;
+    std::vector<std::string>* into = key == "keep-f32"          ? &p.ops
+                                     : key == "keep-f32-layers" ? &p.layers
+                                                                : nullptr;
     if (into == nullptr || colon == std::string::npos || !into->empty())
       bad("policy '" + text + "': '" + part + "' is not understood; give " + kPolicyGrammar);
     for (const std::string& item : split_list(part.substr(colon + 1), ','))
@@ -149,8 +151,8 @@ RunConfig resolve_config(RunConfig c) {
     bad("model '" + c.model + "' is not one of mlp, cnn, transformer");
   const std::string first_data = c.model == "mlp" ? "synthetic" : c.model == "cnn" ? "digits" : "text";
   if (c.data.empty()) c.data = first_data;
-  const bool pair_ok = c.model == "mlp" ? (c.data == "synthetic" || c.data == "digits")
-                                        : c.data == first_data;
+  const bool pair_ok =
+      c.model == "mlp" ? (c.data == "synthetic" || c.data == "digits") : c.data == first_data;
   if (!pair_ok) {
     if (c.data != "synthetic" && c.data != "digits" && c.data != "text")
       bad("data '" + c.data + "' is not one of synthetic, digits, text");
@@ -172,8 +174,9 @@ RunConfig resolve_config(RunConfig c) {
 
 void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
   const auto differ = [](const char* field, const std::string& here, const std::string& there) {
-    bad("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " + field + " " +
-        here + "; run with the checkpoint's " + field + ", or pick another checkpoint with --resume-from PATH");
+    bad("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " + field +
+        " " + here + "; run with the checkpoint's " + field +
+        ", or pick another checkpoint with --resume-from PATH");
   };
   if (wanted.model != saved.model) differ("model", wanted.model, saved.model);
   if (wanted.data != saved.data) differ("data", wanted.data, saved.data);
@@ -350,10 +353,10 @@ struct TrainRun::Impl {
       return t.name.rfind("sgd.momentum/", 0) == 0;
     });
     if (sgd && has_momentum && sgd->momentum_buffers().empty())
-      for (const Parameter* p : params) momentum_layout.push_back({"sgd.momentum/" + p->name, p->master.shape(), {}});
+      for (const Parameter* p : params)
+        momentum_layout.push_back({"sgd.momentum/" + p->name, p->master.shape(), {}});
     for (const TensorRecord& t : momentum_layout) want.push_back(&t);
-    if (sgd && !has_momentum && !sgd->momentum_buffers().empty())
-      want.resize(want.size() - params.size());
+    if (sgd && !has_momentum && !sgd->momentum_buffers().empty()) want.resize(want.size() - params.size());
     if (c.tensors.size() != want.size())
       bad("the checkpoint holds " + std::to_string(c.tensors.size()) + " tensors, this " + config.model +
           " run has " + std::to_string(want.size()));
@@ -431,7 +434,8 @@ struct TrainRun::Impl {
 
     // Everything checked: assign.
     for (std::size_t i = 0; i < params.size(); ++i)
-      params[i]->master.assign(masters[i]->values.data(), static_cast<std::int64_t>(masters[i]->values.size()));
+      params[i]->master.assign(masters[i]->values.data(),
+                               static_cast<std::int64_t>(masters[i]->values.size()));
     for (std::size_t i = 0; i < norms.size(); ++i) {
       BatchNorm& bn = *norms[i].second;
       if (stats[i].first) bn.running_mean.assign(stats[i].first->values.data(), bn.running_mean.numel());

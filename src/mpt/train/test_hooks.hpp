@@ -35,8 +35,8 @@ struct KillPoint {
     step,        ///< after a step
     checkpoint,  ///< inside a checkpoint's atomic write
   };
-  Kind kind = Kind::none;                                  ///< none, step or checkpoint
-  std::int64_t step = 0;                                   ///< N
+  Kind kind = Kind::none;                                   ///< none, step or checkpoint
+  std::int64_t step = 0;                                    ///< N
   AtomicWriteStage stage = AtomicWriteStage::before_fsync;  ///< for Kind::checkpoint
 };
 
