@@ -60,6 +60,7 @@ generate_all() {
   # chapter folder (or the scratch copy) so the path is the same wherever.
   lm_curves() { (cd "$dir" && "$numbers" lm generated); }
   gen_run lm "ch04_numbers lm generated" lm_curves
+  gen_run lm-seeds "ch04_numbers lm-seeds" "$numbers" lm-seeds
   if [[ ${#pitfall_ids[@]} -gt 0 ]]; then
     gen_run pitfalls "mpt pitfalls --chapter 4" "$mpt" pitfalls --chapter 4
     local id

@@ -297,21 +297,32 @@ inline std::string render_lm_curves_svg(const std::vector<LmRun>& runs, int voca
   return plot::to_svg(c);
 }
 
+/// One of the chapter's precisions: a policy and whether it scales its loss.
+struct LmPrecision {
+  std::shared_ptr<const Policy> policy;  ///< what every op stores and computes in
+  ScalerMode mode;                       ///< dynamic for the fp16 runs
+};
+
+/// The chapter's four precisions, in the order of its tables: FP32, FP16 +
+/// GradScaler, FP16 + GradScaler with layer_norm kept in FP32 (Chapter 3's
+/// advice, by op) and BF16.
+inline std::vector<LmPrecision> lm_precisions() {
+  return {{uniform_policy(DType::f32), ScalerMode::none},
+          {uniform_policy(DType::f16), ScalerMode::dynamic},
+          {std::make_shared<KeepF32Policy>(uniform_policy(DType::f16), std::vector<std::string>{},
+                                           std::vector<std::string>{"layer_norm"}),
+           ScalerMode::dynamic},
+          {uniform_policy(DType::bf16), ScalerMode::none}};
+}
+
 /// The chapter's loss curves: `steps` steps of batch × context windows in
-/// FP32, FP16 + GradScaler, FP16 + GradScaler with layer_norm kept in FP32
-/// (Chapter 3's advice, by op) and BF16, from the same seed.
+/// each of lm_precisions(), from the same seed.
 inline LmCurves lm_curves(const TextCorpus& corpus, int steps = 200, std::uint64_t seed = 1) {
   LmCurves out;
   out.config.steps = steps;
   out.config.seed = seed;
-  out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::f32), ScalerMode::none));
-  out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::f16), ScalerMode::dynamic));
-  out.runs.push_back(
-      train_lm(corpus, out.config,
-               std::make_shared<KeepF32Policy>(uniform_policy(DType::f16), std::vector<std::string>{},
-                                               std::vector<std::string>{"layer_norm"}),
-               ScalerMode::dynamic));
-  out.runs.push_back(train_lm(corpus, out.config, uniform_policy(DType::bf16), ScalerMode::none));
+  for (const LmPrecision& p : lm_precisions())
+    out.runs.push_back(train_lm(corpus, out.config, p.policy, p.mode));
   char line[200];
   std::snprintf(line, sizeof line, "%6s", "step");
   out.table = line;
@@ -337,6 +348,75 @@ inline LmCurves lm_curves(const TextCorpus& corpus, int steps = 200, std::uint64
   }
   out.table += "\n";
   out.svg = render_lm_curves_svg(out.runs, corpus.vocab_size());
+  return out;
+}
+
+// --- how far one seed's curves can be trusted ---------------------------------------
+
+/// The final validation loss of every precision for seeds 1..n: each seed
+/// draws its own initial weights, training batches and validation windows;
+/// at one seed all precisions share them.
+struct LmSeedSweep {
+  int steps = 0;                                ///< steps of every run
+  std::vector<std::string> names;               ///< the precisions' run names
+  std::vector<std::vector<double>> final_loss;  ///< [precision][seed − 1]
+  std::string table;                            ///< one row per precision (see lm_seed_sweep)
+};
+
+/// Train every precision of lm_precisions() for `steps` steps with seeds 1
+/// to `seeds`, and tabulate the final validation losses: per precision, the
+/// loss at each seed, the mean and the range (max − min) over the seeds, and
+/// for a low-precision run at how many seeds it ended above FP32 and its
+/// largest |difference| from FP32 at the same seed — to hold against FP32's
+/// own range over the seeds.
+inline LmSeedSweep lm_seed_sweep(const TextCorpus& corpus, int seeds = 5, int steps = 200) {
+  LmSeedSweep out;
+  out.steps = steps;
+  const std::vector<LmPrecision> precisions = lm_precisions();
+  out.final_loss.assign(precisions.size(), {});
+  for (int seed = 1; seed <= seeds; ++seed) {
+    LmConfig config;
+    config.steps = steps;
+    config.seed = static_cast<std::uint64_t>(seed);
+    for (std::size_t p = 0; p < precisions.size(); ++p) {
+      const LmRun run = train_lm(corpus, config, precisions[p].policy, precisions[p].mode);
+      if (seed == 1) out.names.push_back(run.name);
+      out.final_loss[p].push_back(run.final_valid());
+    }
+  }
+  // One row per precision: its final loss at each seed, the mean and the
+  // range over the seeds; a low-precision row also says at how many seeds it
+  // ended above FP32 and its largest |difference| from FP32 at the same seed.
+  char line[200];
+  const auto cell = [&](const char* fmt, auto v) {
+    std::snprintf(line, sizeof line, fmt, v);
+    out.table += line;
+  };
+  const std::vector<double>& fp32 = out.final_loss.front();
+  cell("%-44s", "precision");
+  for (int k = 1; k <= seeds; ++k) cell("  seed %d", k);
+  out.table += "    mean   range  above fp32  largest |run - fp32|\n";
+  for (std::size_t p = 0; p < out.final_loss.size(); ++p) {
+    const std::vector<double>& f = out.final_loss[p];
+    cell("%-44s", out.names[p].c_str());
+    double sum = 0, worst = 0;
+    int above = 0;
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      cell("  %6.4f", f[k]);
+      sum += f[k];
+      above += f[k] > fp32[k];
+      worst = std::max(worst, std::abs(f[k] - fp32[k]));
+    }
+    cell("  %6.4f", sum / static_cast<double>(f.size()));
+    cell("  %6.4f", *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end()));
+    if (p == 0) {
+      out.table += "\n";
+      continue;
+    }
+    const std::string count = std::to_string(above) + " of " + std::to_string(seeds);
+    cell("  %10s", count.c_str());
+    cell("  %20.4f\n", worst);
+  }
   return out;
 }
 
