@@ -2,7 +2,7 @@
 // Depends on: run.hpp, checkpoint.hpp; the nn tier (Mlp, Cnn,
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
 // (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the formats tier
-// (shortest_decimal), the core tier (Policy, KeepF32Policy, Rng).
+// (shortest_decimal), the core tier (Policy, the policy string, Rng).
 #include "mpt/train/run.hpp"
 
 #include <algorithm>
@@ -10,13 +10,13 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/policy.hpp"
+#include "mpt/core/policy_string.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/batch_norm.hpp"
 #include "mpt/nn/cnn.hpp"
@@ -39,8 +39,6 @@ constexpr Eigen::Index kBatch = 64;         // mlp and cnn rows per step (Chapte
 constexpr std::uint64_t kBatchSeed = 1234;  // Chapter 2's batch order seed
 constexpr int kTextBatch = 16;              // Chapter 4's windows per step
 constexpr int kTextEvalBatches = 4;         // its validation batches
-constexpr const char* kPolicyGrammar =
-    "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]], e.g. f16 or f16+keep-f32:layer_norm";
 
 // --- the data sets, once per process ---------------------------------------------
 
@@ -59,66 +57,6 @@ const Split& digits_split() {
 const TextCorpus& corpus() {
   static const TextCorpus c = load_common_licenses();
   return c;
-}
-
-// --- the policy text -------------------------------------------------------------
-
-std::vector<std::string> split_list(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string item;
-  std::istringstream in(s);
-  while (std::getline(in, item, sep)) out.push_back(item);
-  if (!s.empty() && s.back() == sep) out.emplace_back();
-  return out;
-}
-
-struct ParsedPolicy {
-  DType dtype = DType::f32;
-  std::vector<std::string> ops, layers;
-  std::string text() const {
-    std::string t(dtype_name(dtype));
-    if (!ops.empty()) {
-      t += "+keep-f32:";
-      for (std::size_t i = 0; i < ops.size(); ++i) t += (i ? "," : "") + ops[i];
-    }
-    if (!layers.empty()) {
-      t += "+keep-f32-layers:";
-      for (std::size_t i = 0; i < layers.size(); ++i) t += (i ? "," : "") + layers[i];
-    }
-    return t;
-  }
-  std::shared_ptr<const Policy> make() const {
-    std::shared_ptr<const Policy> base = uniform_policy(dtype);
-    if (ops.empty() && layers.empty()) return base;
-    return std::make_shared<KeepF32Policy>(base, layers, ops);
-  }
-};
-
-ParsedPolicy parse_policy(const std::string& text) {
-  if (text.empty()) bad("policy: empty; give " + std::string(kPolicyGrammar));
-  const std::vector<std::string> parts = split_list(text, '+');
-  ParsedPolicy p;
-  try {
-    p.dtype = dtype_named(parts[0]);
-  } catch (const std::invalid_argument& e) {
-    bad("policy '" + text + "': " + e.what());
-  }
-  for (std::size_t i = 1; i < parts.size(); ++i) {
-    const std::string& part = parts[i];
-    const std::size_t colon = part.find(':');
-    const std::string key = part.substr(0, colon);
-    std::vector<std::string>* into = key == "keep-f32"          ? &p.ops
-                                     : key == "keep-f32-layers" ? &p.layers
-                                                                : nullptr;
-    if (into == nullptr || colon == std::string::npos || !into->empty())
-      bad("policy '" + text + "': '" + part + "' is not understood; give " + kPolicyGrammar);
-    for (const std::string& item : split_list(part.substr(colon + 1), ','))
-      if (item.empty()) bad("policy '" + text + "': an empty name in '" + part + "'; give " + kPolicyGrammar);
-      else into->push_back(item);
-    if (into->empty()) bad("policy '" + text + "': '" + part + "' names nothing; give " + kPolicyGrammar);
-  }
-  (void)p.make();  // the KeepF32Policy checks the op names
-  return p;
 }
 
 // --- the scaler ------------------------------------------------------------------
@@ -144,7 +82,7 @@ std::string lr_text(double lr) { return shortest_decimal(lr); }
 
 }  // namespace
 
-std::string canonical_policy(const std::string& text) { return parse_policy(text).text(); }
+std::string canonical_policy(const std::string& text) { return parse_policy_string(text).text(); }
 
 RunConfig resolve_config(RunConfig c) {
   if (c.model != "mlp" && c.model != "cnn" && c.model != "transformer")
@@ -207,7 +145,7 @@ struct TrainRun::Impl {
   std::vector<std::pair<std::string, BatchNorm*>> norms;
 
   explicit Impl(const RunConfig& c) : config(resolve_config(c)) {
-    const std::shared_ptr<const Policy> policy = parse_policy(config.policy).make();
+    const std::shared_ptr<const Policy> policy = parse_policy_string(config.policy).make();
     const std::uint64_t seed = *config.seed;
     if (config.model == "mlp") {
       split = config.data == "digits" ? &digits_split() : &blobs_split();
