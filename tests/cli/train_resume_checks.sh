@@ -69,6 +69,7 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["steps"] == b["steps"], "step records differ"
 assert a["masters_checksum"] == b["masters_checksum"], "masters differ"
 assert a["config"] == b["config"]
+assert a["resumed_at_step"] >= 1, "it did not resume: it ran from step 0"
 PY
   cmp -s "$WORK/$2/$LAST" "$WORK/ref/$LAST" || fail "$1: the final checkpoint differs byte for byte"
 }
