@@ -30,29 +30,9 @@
 
 namespace mpt::ch02 {
 
-/// Mini-batches drawn from a fresh seeded permutation each epoch, so every
-/// run with the same seed sees the same batches in the same order.
-class Batches {
- public:
-  /// Batches of `batch` rows of `d` (which must outlive them), shuffled from `seed`.
-  Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed) : data_(&d), batch_(batch), seed_(seed) {}
-  /// The next batch; a new epoch (a new permutation) when this one is used up.
-  Dataset next() {
-    if (order_.empty() || pos_ + batch_ > data_->size()) {
-      order_ = shuffled_indices(data_->size(), seed_ + epoch_++);
-      pos_ = 0;
-    }
-    std::vector<Eigen::Index> idx(order_.begin() + pos_, order_.begin() + pos_ + batch_);
-    pos_ += batch_;
-    return data_->rows(idx);
-  }
-
- private:
-  const Dataset* data_;
-  Eigen::Index batch_, pos_ = 0;
-  std::uint64_t seed_, epoch_ = 0;
-  std::vector<Eigen::Index> order_;
-};
+/// Mini-batches from a fresh seeded permutation each epoch (the library's,
+/// mpt/nn/data.hpp, where `mpt train` finds it too).
+using mpt::Batches;
 /// The batch order's seed, the same in every run.
 inline constexpr std::uint64_t kBatchSeed = 1234;
 

@@ -1,6 +1,7 @@
 // All chapters — what the command families share (see cli_support.hpp).
-// Depends on: cli_support.hpp, CLI11, and the mpt library's format
-// (format_names) and pitfall registry (ids), for the choices in error lines.
+// Depends on: cli_support.hpp, CLI11, and the mpt library's atomic writes
+// (core/atomic_file.hpp), format (format_names) and pitfall registry (ids),
+// for the choices in error lines.
 #include "cli_support.hpp"
 
 #include <algorithm>
@@ -8,10 +9,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 
+#include "mpt/core/atomic_file.hpp"
 #include "mpt/core/pitfall.hpp"
 #include "mpt/formats/format.hpp"
 
@@ -102,21 +102,10 @@ std::string one_line(std::string s) {
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) throw UsageError("cannot write '" + tmp + "': " + std::strerror(errno));
-    os << text;
-    os.flush();
-    if (!os) {
-      std::remove(tmp.c_str());
-      throw UsageError("cannot write '" + tmp + "': " + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw UsageError("cannot rename '" + tmp + "' to '" + path + "': " + why);
+  try {
+    mpt::write_file_atomically(path, text);
+  } catch (const mpt::FileWriteError& e) {
+    throw UsageError(e.what());
   }
 }
 

@@ -44,4 +44,16 @@ std::uint64_t Rng::below(std::uint64_t n) {
   return v % n;
 }
 
+void Rng::set_state(const State& s) {
+  if (s.has_spare && !std::isfinite(s.spare))
+    throw std::invalid_argument(
+        "Rng state: the pending normal is not finite; a saved state holds a finite one");
+  if (!s.has_spare && s.spare != 0.0)
+    throw std::invalid_argument(
+        "Rng state: a spare normal without a pending one; a saved state holds 0 there");
+  state_ = s.word;
+  has_spare_ = s.has_spare;
+  spare_ = s.spare;
+}
+
 }  // namespace mpt

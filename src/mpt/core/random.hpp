@@ -17,6 +17,13 @@ namespace mpt {
 /// ulp elsewhere).
 class Rng {
  public:
+  /// The whole state of a generator, for checkpoints: the SplitMix64 word
+  /// and the second normal of the last Box–Muller pair, when one is pending.
+  struct State {
+    std::uint64_t word = 0;  ///< the SplitMix64 state
+    bool has_spare = false;  ///< whether the next normal() returns `spare`
+    double spare = 0.0;      ///< the pending normal (0 when none)
+  };
   /// A generator whose whole state is `seed`.
   explicit Rng(std::uint64_t seed) : state_(seed) {}
   /// The next 64 random bits (SplitMix64).
@@ -29,6 +36,12 @@ class Rng {
   double normal();
   /// Uniform integer in [0, n), without modulo bias; n must be > 0.
   std::uint64_t below(std::uint64_t n);
+  /// The exact state: a generator given it by set_state() continues with
+  /// the same numbers, normals included.
+  State state() const { return {state_, has_spare_, has_spare_ ? spare_ : 0.0}; }
+  /// Continue from `s` (from state()). Throws std::invalid_argument for a
+  /// pending spare that is not finite, or a spare given without a pending one.
+  void set_state(const State& s);
 
  private:
   std::uint64_t state_;

@@ -3,7 +3,7 @@
 // InputFileError), Eigen; zlib in data.cpp.
 //
 // Data for the training chapters: a portable seeded random generator,
-// synthetic sets built to make a failure happen deterministically, and the
+// seeded mini-batches (Batches), synthetic sets built to make a failure happen deterministically, and the
 // handwritten digits set (1797 8x8 images) read from the digits.csv.gz that
 // Debian's python3-sklearn package ships. Nothing is downloaded at run
 // time: tools/fetch_digits.sh (or the `fetch-data` build target) extracts
@@ -43,6 +43,52 @@ struct Dataset {
 
 /// 0..n-1 in a seeded random order (Fisher–Yates with Rng).
 std::vector<Eigen::Index> shuffled_indices(Eigen::Index n, std::uint64_t seed);
+
+/// Mini-batches drawn from a fresh seeded permutation each epoch, so every
+/// run with the same seed sees the same batches in the same order. Epoch e
+/// (1-based) uses shuffled_indices(N, seed + e − 1); a batch that would run
+/// past the end of the permutation starts the next epoch instead.
+class Batches {
+ public:
+  /// Batches of `batch` rows of `d` (which must outlive them), shuffled from `seed`.
+  Batches(const Dataset& d, Eigen::Index batch, std::uint64_t seed) : data_(&d), batch_(batch), seed_(seed) {}
+  /// The next batch; a new epoch (a new permutation) when this one is used up.
+  Dataset next() {
+    if (order_.empty() || pos_ + batch_ > data_->size()) {
+      order_ = shuffled_indices(data_->size(), seed_ + epoch_++);
+      pos_ = 0;
+    }
+    std::vector<Eigen::Index> idx(order_.begin() + pos_, order_.begin() + pos_ + batch_);
+    pos_ += batch_;
+    return data_->rows(idx);
+  }
+  /// Epochs started so far (0 before the first batch).
+  std::uint64_t epoch() const { return epoch_; }
+  /// Rows of the current epoch's permutation already handed out.
+  Eigen::Index position() const { return pos_; }
+  /// Continue where a Batches over the same data, batch size and seed was
+  /// (its epoch() and position()): the permutation is regenerated from the
+  /// seed. Throws std::invalid_argument for a position that is not a whole
+  /// number of batches within one epoch, or a nonzero position before the
+  /// first epoch.
+  void restore(std::uint64_t epoch, Eigen::Index position) {
+    if (epoch == 0 ? position != 0 : position < batch_ || position > data_->size() || position % batch_ != 0)
+      throw std::invalid_argument("batch position " + std::to_string(position) + " of epoch " +
+                                  std::to_string(epoch) + " is not a whole number of batches of " +
+                                  std::to_string(batch_) + " within " + std::to_string(data_->size()) +
+                                  " rows");
+    epoch_ = epoch;
+    pos_ = position;
+    if (epoch == 0) order_.clear();
+    else order_ = shuffled_indices(data_->size(), seed_ + epoch - 1);
+  }
+
+ private:
+  const Dataset* data_;
+  Eigen::Index batch_, pos_ = 0;
+  std::uint64_t seed_, epoch_ = 0;
+  std::vector<Eigen::Index> order_;
+};
 
 /// A train/test partition of one data set.
 struct Split {

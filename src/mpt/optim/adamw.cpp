@@ -87,6 +87,43 @@ void AdamW::step() {
   }
 }
 
+void AdamW::set_state(std::int64_t steps, const std::vector<MatrixF>& m, const std::vector<MatrixF>& v) {
+  if (steps < 0)
+    throw std::invalid_argument("AdamW state: step count " + std::to_string(steps) +
+                                " is negative; give >= 0");
+  if (m.size() != params_.size() || v.size() != params_.size())
+    throw std::invalid_argument("AdamW state: " + std::to_string(m.size()) + " first and " +
+                                std::to_string(v.size()) + " second moments for " +
+                                std::to_string(params_.size()) +
+                                " parameters; give one of each per parameter");
+  const Format& sf = format_of(options_.state_dtype);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i]->name;
+    const Eigen::Index n = params_[i]->master.numel();
+    for (const MatrixF* t : {&m[i], &v[i]}) {
+      const char* which = t == &m[i] ? "first moment" : "second moment";
+      if (t->size() != n)
+        throw std::invalid_argument("AdamW " + std::string(which) + " of " + name + ": " +
+                                    std::to_string(t->size()) + " values, but the parameter has " +
+                                    std::to_string(n));
+      for (Eigen::Index k = 0; k < n; ++k) {
+        const float x = t->data()[k];
+        if (!std::isfinite(x) || (t == &v[i] && x < 0.0f) ||
+            (options_.state_dtype != DType::f32 && round_value(x, sf) != x))
+          throw std::invalid_argument("AdamW " + std::string(which) + " of " + name + ": value " +
+                                      detail::option_text(x) + " at " + std::to_string(k) +
+                                      " is not a finite " + std::string(dtype_name(options_.state_dtype)) +
+                                      (t == &v[i] ? " value >= 0" : " value"));
+      }
+    }
+  }
+  t_ = steps;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    m_[i].assign(m[i].data(), m[i].size());
+    v_[i].assign(v[i].data(), v[i].size());
+  }
+}
+
 std::size_t AdamW::state_bytes() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < m_.size(); ++i) n += m_[i].bytes() + v_[i].bytes();

@@ -71,6 +71,13 @@ class AdamW : public Optimizer {
   MatrixF exp_avg_sq(std::size_t i) const { return v_.at(i).to_matrix(); }
   /// Bytes of optimizer state: m and v, stored in state_dtype.
   std::size_t state_bytes() const;
+  /// Continue from saved state: `steps` taken (>= 0) and, per parameter,
+  /// m and v flattened (exp_avg(i) and exp_avg_sq(i) of an AdamW over the
+  /// same parameters), each with its parameter's number of elements, every
+  /// value finite and exactly representable in state_dtype, v >= 0. Checked
+  /// before anything is assigned: std::invalid_argument (one line naming the
+  /// parameter and what is wrong) otherwise.
+  void set_state(std::int64_t steps, const std::vector<MatrixF>& m, const std::vector<MatrixF>& v);
 
  private:
   Options options_;

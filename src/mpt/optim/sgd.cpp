@@ -56,6 +56,25 @@ void SGD::step() {
   }
 }
 
+void SGD::set_momentum_buffers(std::vector<MatrixF> buffers) {
+  if (buffers.empty()) {
+    momentum_.clear();
+    return;
+  }
+  if (options_.momentum == 0.0)
+    throw std::invalid_argument("SGD momentum buffers given to an SGD without momentum; give none");
+  if (buffers.size() != params_.size())
+    throw std::invalid_argument("SGD momentum buffers: " + std::to_string(buffers.size()) + " given for " +
+                                std::to_string(params_.size()) + " parameters; give one per parameter");
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].size() != params_[i]->master.numel())
+      throw std::invalid_argument("SGD momentum buffer of " + params_[i]->name + ": " +
+                                  std::to_string(buffers[i].size()) + " values, but the parameter has " +
+                                  std::to_string(params_[i]->master.numel()));
+  for (MatrixF& b : buffers) b.resize(1, b.size());
+  momentum_ = std::move(buffers);
+}
+
 std::size_t SGD::state_bytes() const {
   std::size_t n = 0;
   for (const MatrixF& b : momentum_) n += static_cast<std::size_t>(b.size()) * sizeof(float);

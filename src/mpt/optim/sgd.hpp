@@ -48,6 +48,15 @@ class SGD : public Optimizer {
   const Options& options() const { return options_; }
   /// Bytes of optimizer state (the momentum buffers, once created).
   std::size_t state_bytes() const;
+  /// The momentum buffers, one per parameter, each its values flattened
+  /// (1 × numel); empty before the first step or without momentum.
+  const std::vector<MatrixF>& momentum_buffers() const { return momentum_; }
+  /// Continue from saved buffers (momentum_buffers() of an SGD over the
+  /// same parameters): empty, or one per parameter with its number of
+  /// elements (any shape; kept flattened). Checked before anything is
+  /// assigned: std::invalid_argument naming the parameter otherwise, and for
+  /// buffers given to an SGD without momentum.
+  void set_momentum_buffers(std::vector<MatrixF> buffers);
 
  private:
   Options options_;

@@ -1,0 +1,447 @@
+// Chapters 04 onwards — one training run (see run.hpp).
+// Depends on: run.hpp, checkpoint.hpp; the nn tier (Mlp, Cnn,
+// TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
+// (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the formats tier
+// (shortest_decimal), the core tier (Policy, the policy string, Rng).
+#include "mpt/train/run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/core/dtype.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/core/policy_string.hpp"
+#include "mpt/formats/explain.hpp"
+#include "mpt/nn/batch_norm.hpp"
+#include "mpt/nn/cnn.hpp"
+#include "mpt/nn/data.hpp"
+#include "mpt/nn/losses.hpp"
+#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/text_data.hpp"
+#include "mpt/nn/transformer.hpp"
+#include "mpt/optim/adamw.hpp"
+#include "mpt/optim/sgd.hpp"
+
+namespace mpt::train {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+constexpr Eigen::Index kBatch = 64;         // mlp and cnn rows per step (Chapters 2 and 3)
+constexpr std::uint64_t kBatchSeed = 1234;  // Chapter 2's batch order seed
+constexpr int kTextBatch = 16;              // Chapter 4's windows per step
+constexpr int kTextEvalBatches = 4;         // its validation batches
+
+// --- the data sets, once per process ---------------------------------------------
+
+const Split& blobs_split() {
+  static const Split s = [] {
+    BlobsOptions o;
+    o.samples = 1024;
+    return train_test_split(make_blobs(o), 0.25, 5);
+  }();
+  return s;
+}
+const Split& digits_split() {
+  static const Split s = train_test_split(load_digits(), 0.25, 5);
+  return s;
+}
+const TextCorpus& corpus() {
+  static const TextCorpus c = load_common_licenses();
+  return c;
+}
+
+// --- the scaler ------------------------------------------------------------------
+
+std::string canonical_scaler(const std::string& s) {
+  if (s == "dynamic" || s == "none") return s;
+  if (s.rfind("static:", 0) == 0) {
+    const std::string num = s.substr(7);
+    char* end = nullptr;
+    const float v = num.empty() ? 0.0f : std::strtof(num.c_str(), &end);
+    if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(v) || !(v > 0.0f))
+      bad("scaler '" + s + "': the static scale must be a finite number > 0 (e.g. static:1024)");
+    return "static:" + shortest_decimal(v);
+  }
+  bad("scaler '" + s + "' is not one of dynamic, static:S (S a finite number > 0), none");
+}
+
+float static_scale_of(const std::string& canonical) { return std::strtof(canonical.c_str() + 7, nullptr); }
+
+// --- names in messages -------------------------------------------------------------
+
+std::string lr_text(double lr) { return shortest_decimal(lr); }
+
+}  // namespace
+
+std::string canonical_policy(const std::string& text) { return parse_policy_string(text).text(); }
+
+RunConfig resolve_config(RunConfig c) {
+  if (c.model != "mlp" && c.model != "cnn" && c.model != "transformer")
+    bad("model '" + c.model + "' is not one of mlp, cnn, transformer");
+  const std::string first_data = c.model == "mlp" ? "synthetic" : c.model == "cnn" ? "digits" : "text";
+  if (c.data.empty()) c.data = first_data;
+  const bool pair_ok =
+      c.model == "mlp" ? (c.data == "synthetic" || c.data == "digits") : c.data == first_data;
+  if (!pair_ok) {
+    if (c.data != "synthetic" && c.data != "digits" && c.data != "text")
+      bad("data '" + c.data + "' is not one of synthetic, digits, text");
+    bad("model " + c.model + " does not train on data " + c.data +
+        "; the pairs are mlp with synthetic or digits, cnn with digits, transformer with text");
+  }
+  c.policy = canonical_policy(c.policy);
+  c.scaler = canonical_scaler(c.scaler);
+  if (c.optimizer.empty()) c.optimizer = c.model == "transformer" ? "adamw" : "sgd";
+  if (c.optimizer != "sgd" && c.optimizer != "adamw")
+    bad("optimizer '" + c.optimizer + "' is not one of sgd, adamw");
+  if (c.lr == 0) c.lr = c.optimizer == "sgd" ? 0.05 : 3e-3;
+  if (!std::isfinite(c.lr) || c.lr <= 0) bad("lr " + lr_text(c.lr) + " is not a finite number > 0");
+  if (!c.seed) c.seed = c.model == "mlp" ? 7 : c.model == "cnn" ? 3 : 1;
+  if (c.steps < 1) bad("steps " + std::to_string(c.steps) + " is not a whole number >= 1");
+  if (c.every < 0) bad("every " + std::to_string(c.every) + " is not a whole number >= 1 (or 0: never)");
+  return c;
+}
+
+void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
+  const auto differ = [](const char* field, const std::string& here, const std::string& there) {
+    bad("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " + field +
+        " " + here + "; run with the checkpoint's " + field +
+        ", or pick another checkpoint with --resume-from PATH");
+  };
+  if (wanted.model != saved.model) differ("model", wanted.model, saved.model);
+  if (wanted.data != saved.data) differ("data", wanted.data, saved.data);
+  if (wanted.policy != saved.policy) differ("policy", wanted.policy, saved.policy);
+  if (wanted.scaler != saved.scaler) differ("scaler", wanted.scaler, saved.scaler);
+  if (wanted.optimizer != saved.optimizer) differ("optimizer", wanted.optimizer, saved.optimizer);
+  if (wanted.lr != saved.lr) differ("lr", lr_text(wanted.lr), lr_text(saved.lr));
+  if (wanted.seed != saved.seed)
+    differ("seed", std::to_string(wanted.seed.value_or(0)), std::to_string(saved.seed.value_or(0)));
+}
+
+// --- the run ---------------------------------------------------------------------
+
+struct TrainRun::Impl {
+  RunConfig config;
+  std::unique_ptr<Model> net;
+  TinyTransformer* lm = nullptr;  // net, when it is the Transformer
+  std::unique_ptr<SGD> sgd;
+  std::unique_ptr<AdamW> adamw;
+  Optimizer* opt = nullptr;
+  GradScaler dynamic{GradScaler::Options{}};
+  std::optional<StaticScaler> fixed;
+  const Split* split = nullptr;
+  std::optional<Batches> batches;
+  TextSplit text{};
+  Rng windows{0};
+  std::vector<StepRecord> history;
+  std::vector<std::pair<std::string, BatchNorm*>> norms;
+
+  explicit Impl(const RunConfig& c) : config(resolve_config(c)) {
+    const std::shared_ptr<const Policy> policy = parse_policy_string(config.policy).make();
+    const std::uint64_t seed = *config.seed;
+    if (config.model == "mlp") {
+      split = config.data == "digits" ? &digits_split() : &blobs_split();
+      MlpConfig m;
+      m.sizes = config.data == "digits" ? std::vector<int>{64, 32, 32, 10} : std::vector<int>{8, 32, 32, 4};
+      m.policy = policy;
+      m.seed = seed;
+      net = std::make_unique<Mlp>(m);
+    } else if (config.model == "cnn") {
+      split = &digits_split();
+      CnnConfig m;
+      m.policy = policy;
+      m.seed = seed;
+      net = std::make_unique<Cnn>(m);
+    } else {
+      TransformerConfig m;
+      m.vocab_size = corpus().vocab_size();
+      m.policy = policy;
+      m.seed = seed;
+      auto t = std::make_unique<TinyTransformer>(m);
+      lm = t.get();
+      net = std::move(t);
+      text = split_text(corpus().tokens().size());
+      windows = Rng(seed);
+    }
+    if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
+    if (config.optimizer == "sgd") {
+      SgdOptions o;
+      o.lr = config.lr;
+      o.momentum = 0.9;
+      sgd = std::make_unique<SGD>(net->parameters(), o);
+      opt = sgd.get();
+    } else {
+      AdamWOptions o;
+      o.lr = config.lr;
+      o.weight_decay = 0.0;
+      adamw = std::make_unique<AdamW>(net->parameters(), o);
+      opt = adamw.get();
+    }
+    GradScaler::Options so;
+    so.enabled = config.scaler == "dynamic";
+    dynamic = GradScaler(so);
+    if (config.scaler.rfind("static:", 0) == 0) fixed.emplace(static_scale_of(config.scaler));
+    for (const std::string& p : net->paths())
+      if (auto* bn = dynamic_cast<BatchNorm*>(net->find(p))) norms.emplace_back(p, bn);
+  }
+
+  float scale() const { return fixed ? fixed->get_scale() : dynamic.get_scale(); }
+
+  StepRecord step() {
+    StepRecord r;
+    r.step = static_cast<std::int64_t>(history.size()) + 1;
+    r.scale = scale();
+    Tensor dlogits;
+    if (lm != nullptr) {
+      const TokenBatch b = sample_windows(corpus().tokens(), text.train_begin, text.train_end, kTextBatch,
+                                          lm->config().context, windows);
+      const Tensor& logits = lm->forward_tokens(b.inputs, b.batch, b.context);
+      r.loss = cross_entropy(logits, b.targets, {}, lm->context()).value(0);
+      Tensor dl(DType::f32, {});
+      dl.f32_data()[0] = r.scale;
+      dlogits = cross_entropy_backward(logits, b.targets, {}, dl, lm->context());
+    } else {
+      const Dataset b = batches->next();
+      const Tensor& out = net->forward(b.x);
+      r.loss = cross_entropy_loss(out, b.labels);
+      dlogits = cross_entropy_backward(out, b.labels, r.scale);
+    }
+    if (fixed) (void)fixed->scale(r.loss);
+    else (void)dynamic.scale(r.loss);
+    opt->zero_grad();
+    net->backward(dlogits);
+    bool stepped = true;
+    if (fixed) {
+      stepped = fixed->step(*opt);
+      fixed->update();
+    } else {
+      stepped = dynamic.step(*opt);
+      dynamic.update();
+    }
+    net->refresh_model_copies();
+    r.skipped = !stepped;
+    history.push_back(r);
+    return r;
+  }
+
+  // The tensors and counters of a checkpoint, in order (momentum: whether
+  // SGD's buffers are included).
+  Checkpoint snapshot() const {
+    Checkpoint c;
+    c.config = config;
+    c.step = static_cast<std::int64_t>(history.size());
+    const auto add = [&c](const std::string& name, const Tensor& t) {
+      TensorRecord r{name, t.shape(), std::vector<float>(static_cast<std::size_t>(t.numel()))};
+      t.to_f32(r.values.data());
+      c.tensors.push_back(std::move(r));
+    };
+    const std::vector<Parameter*> params = net->parameters();
+    for (const Parameter* p : params) add("master/" + p->name, p->master);
+    for (const auto& [path, bn] : norms) {
+      if (bn->running_mean.numel() > 0) add("running_mean/" + path, bn->running_mean);
+      if (bn->running_var.numel() > 0) add("running_var/" + path, bn->running_var);
+      c.counters.emplace_back("num_batches_tracked/" + path, bn->num_batches_tracked);
+    }
+    if (sgd)
+      for (std::size_t i = 0; i < sgd->momentum_buffers().size(); ++i) {
+        const MatrixF& b = sgd->momentum_buffers()[i];
+        c.tensors.push_back({"sgd.momentum/" + params[i]->name, params[i]->master.shape(),
+                             std::vector<float>(b.data(), b.data() + b.size())});
+      }
+    if (adamw) {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const MatrixF m = adamw->exp_avg(i);
+        c.tensors.push_back({"adamw.m/" + params[i]->name, params[i]->master.shape(),
+                             std::vector<float>(m.data(), m.data() + m.size())});
+      }
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const MatrixF v = adamw->exp_avg_sq(i);
+        c.tensors.push_back({"adamw.v/" + params[i]->name, params[i]->master.shape(),
+                             std::vector<float>(v.data(), v.data() + v.size())});
+      }
+      c.counters.emplace_back("adamw.steps", adamw->step_count());
+    }
+    c.scaler_state = dynamic.state_dict();
+    if (batches) {
+      c.data_epoch = batches->epoch();
+      c.data_position = static_cast<std::int64_t>(batches->position());
+    }
+    if (lm != nullptr) c.rngs.push_back(windows.state());
+    c.history = history;
+    return c;
+  }
+
+  void restore(const Checkpoint& c) {
+    check_resumable(config, c.config);
+    // The layout this run would write, with SGD's buffers when the checkpoint has them.
+    const Checkpoint mine = snapshot();
+    std::vector<const TensorRecord*> want;
+    for (const TensorRecord& t : mine.tensors) want.push_back(&t);
+    const std::vector<Parameter*> params = net->parameters();
+    std::vector<TensorRecord> momentum_layout;
+    const bool has_momentum = std::any_of(c.tensors.begin(), c.tensors.end(), [](const TensorRecord& t) {
+      return t.name.rfind("sgd.momentum/", 0) == 0;
+    });
+    if (sgd && has_momentum && sgd->momentum_buffers().empty())
+      for (const Parameter* p : params)
+        momentum_layout.push_back({"sgd.momentum/" + p->name, p->master.shape(), {}});
+    for (const TensorRecord& t : momentum_layout) want.push_back(&t);
+    if (sgd && !has_momentum && !sgd->momentum_buffers().empty()) want.resize(want.size() - params.size());
+    if (c.tensors.size() != want.size())
+      bad("the checkpoint holds " + std::to_string(c.tensors.size()) + " tensors, this " + config.model +
+          " run has " + std::to_string(want.size()));
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (c.tensors[i].name != want[i]->name)
+        bad("checkpoint tensor " + std::to_string(i) + " is " + c.tensors[i].name + ", this run expects " +
+            want[i]->name);
+      if (c.tensors[i].shape != want[i]->shape)
+        bad("checkpoint tensor " + c.tensors[i].name + " has shape " + shape_string(c.tensors[i].shape) +
+            ", this model's is " + shape_string(want[i]->shape));
+    }
+    if (c.counters.size() != mine.counters.size())
+      bad("the checkpoint holds " + std::to_string(c.counters.size()) + " counters, this run has " +
+          std::to_string(mine.counters.size()));
+    for (std::size_t i = 0; i < mine.counters.size(); ++i)
+      if (c.counters[i].first != mine.counters[i].first)
+        bad("checkpoint counter " + std::to_string(i) + " is " + c.counters[i].first + ", this run expects " +
+            mine.counters[i].first);
+    if (c.rngs.size() != mine.rngs.size())
+      bad("the checkpoint holds " + std::to_string(c.rngs.size()) + " generator states, this run has " +
+          std::to_string(mine.rngs.size()));
+    if (static_cast<std::int64_t>(c.history.size()) != c.step)
+      bad("the checkpoint's history has " + std::to_string(c.history.size()) + " records for step " +
+          std::to_string(c.step));
+
+    // Trial runs of every setter on copies, so nothing is assigned unless all pass.
+    std::size_t k = 0;
+    const auto tensor = [&c, &k]() -> const TensorRecord& { return c.tensors[k++]; };
+    std::vector<const TensorRecord*> masters;
+    for (std::size_t i = 0; i < params.size(); ++i) masters.push_back(&tensor());
+    std::vector<std::pair<const TensorRecord*, const TensorRecord*>> stats;
+    for (const auto& nb : norms) {
+      const TensorRecord* m = nb.second->running_mean.numel() > 0 ? &tensor() : nullptr;
+      const TensorRecord* v = nb.second->running_var.numel() > 0 ? &tensor() : nullptr;
+      stats.emplace_back(m, v);
+    }
+    const auto to_matrix = [](const TensorRecord& t) {
+      MatrixF m(1, static_cast<Eigen::Index>(t.values.size()));
+      std::copy(t.values.begin(), t.values.end(), m.data());
+      return m;
+    };
+    std::vector<MatrixF> moments, m1, m2;
+    if (sgd && has_momentum)
+      for (std::size_t i = 0; i < params.size(); ++i) moments.push_back(to_matrix(tensor()));
+    std::int64_t adam_steps = 0;
+    if (adamw) {
+      for (std::size_t i = 0; i < params.size(); ++i) m1.push_back(to_matrix(tensor()));
+      for (std::size_t i = 0; i < params.size(); ++i) m2.push_back(to_matrix(tensor()));
+      adam_steps = c.counters.back().second;
+      AdamW trial(params, adamw->options());
+      trial.set_state(adam_steps, m1, m2);
+    }
+    if (sgd) {
+      SGD trial(params, sgd->options());
+      trial.set_momentum_buffers(moments);
+    }
+    GradScaler scaler_trial(GradScaler::Options{});
+    if (dynamic.is_enabled()) {
+      scaler_trial.load_state_dict(c.scaler_state);
+      if (scaler_trial.get_growth_interval() != GradScaler::Options{}.growth_interval ||
+          scaler_trial.get_growth_factor() != GradScaler::Options{}.growth_factor ||
+          scaler_trial.get_backoff_factor() != GradScaler::Options{}.backoff_factor)
+        bad("the checkpoint's GradScaler has other factors or interval than this run's (PyTorch's defaults)");
+    } else if (c.scaler_state != "{}") {
+      bad("the checkpoint has a dynamic scaler's state but this run's scaler is " + config.scaler);
+    }
+    if (batches) {
+      Batches trial(split->train, kBatch, kBatchSeed);
+      trial.restore(c.data_epoch, static_cast<Eigen::Index>(c.data_position));
+    } else if (c.data_epoch != 0 || c.data_position != 0) {
+      bad("the checkpoint has a batch position, but text runs draw windows from a generator");
+    }
+    Rng rng_trial(0);
+    for (const Rng::State& s : c.rngs) rng_trial.set_state(s);
+
+    // Everything checked: assign.
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i]->master.assign(masters[i]->values.data(),
+                               static_cast<std::int64_t>(masters[i]->values.size()));
+    for (std::size_t i = 0; i < norms.size(); ++i) {
+      BatchNorm& bn = *norms[i].second;
+      if (stats[i].first) bn.running_mean.assign(stats[i].first->values.data(), bn.running_mean.numel());
+      if (stats[i].second) bn.running_var.assign(stats[i].second->values.data(), bn.running_var.numel());
+      bn.num_batches_tracked = c.counters[i].second;
+    }
+    if (sgd) sgd->set_momentum_buffers(std::move(moments));
+    if (adamw) adamw->set_state(adam_steps, m1, m2);
+    if (dynamic.is_enabled()) dynamic.load_state_dict(c.scaler_state);
+    if (batches) batches->restore(c.data_epoch, static_cast<Eigen::Index>(c.data_position));
+    if (lm != nullptr) windows.set_state(c.rngs.front());
+    history = c.history;
+    net->refresh_model_copies();
+  }
+};
+
+TrainRun::TrainRun(const RunConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+TrainRun::~TrainRun() = default;
+TrainRun::TrainRun(TrainRun&&) noexcept = default;
+TrainRun& TrainRun::operator=(TrainRun&&) noexcept = default;
+
+const RunConfig& TrainRun::config() const { return impl_->config; }
+std::int64_t TrainRun::steps_done() const { return static_cast<std::int64_t>(impl_->history.size()); }
+StepRecord TrainRun::step() { return impl_->step(); }
+const std::vector<StepRecord>& TrainRun::history() const { return impl_->history; }
+Checkpoint TrainRun::checkpoint() const { return impl_->snapshot(); }
+void TrainRun::restore(const Checkpoint& c) { impl_->restore(c); }
+
+RunSummary TrainRun::summary() {
+  Impl& r = *impl_;
+  RunSummary s;
+  for (const StepRecord& h : r.history) s.skipped += h.skipped;
+  s.final_loss = r.history.empty() ? std::numeric_limits<float>::quiet_NaN() : r.history.back().loss;
+  s.final_scale = r.scale();
+  if (r.lm != nullptr) {
+    s.metric = "validation loss";
+    Rng v(*r.config.seed + 1);
+    double sum = 0;
+    for (int i = 0; i < kTextEvalBatches; ++i) {
+      const TokenBatch b = sample_windows(corpus().tokens(), r.text.valid_begin, r.text.valid_end, kTextBatch,
+                                          r.lm->config().context, v);
+      const Tensor& logits = r.lm->forward_tokens(b.inputs, b.batch, b.context);
+      sum += cross_entropy(logits, b.targets, {}, r.lm->context()).value(0);
+    }
+    s.metric_value = sum / kTextEvalBatches;
+  } else {
+    s.metric = "test accuracy";
+    r.net->eval();
+    s.metric_value = accuracy(r.net->forward(r.split->test.x), r.split->test.labels);
+    r.net->train();
+  }
+  return s;
+}
+
+std::uint64_t TrainRun::masters_checksum() const {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const Parameter* p : impl_->net->parameters()) {
+    const float* v = p->master.f32_data();
+    for (std::int64_t i = 0; i < p->master.numel(); ++i) {
+      std::uint32_t b = 0;
+      std::memcpy(&b, &v[i], sizeof b);
+      for (int k = 0; k < 4; ++k) {
+        h ^= (b >> (8 * k)) & 0xffu;
+        h *= 0x100000001b3ull;
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace mpt::train

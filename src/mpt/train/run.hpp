@@ -1,0 +1,107 @@
+// Chapters 04 onwards — one training run of a chapter's model, step by step:
+// its configuration, the model, data, optimizer and scaler built from it,
+// and the record of every step. What `mpt train` drives and checkpoints.
+// Depends on: checkpoint.hpp (StepRecord,
+// RunConfig, Checkpoint); the .cpp on the nn, optim and amp tiers (the
+// models, data sets, SGD/AdamW, GradScaler/StaticScaler).
+//
+// The runs are the chapters' recipes, built from the library's pieces:
+//
+//   mlp + synthetic     Chapter 2's blobs MLP 8-32-32-4 (weights seed 7),
+//                       4 Gaussian blobs, 768 training rows, batches of 64
+//   mlp + digits        Chapter 2's digits MLP 64-32-32-10 (seed 7), the
+//                       1348 training digits, batches of 64
+//   cnn + digits        Chapter 3's digits Cnn (conv-bn-relu-pool twice, fc;
+//                       seed 3), batches of 64
+//   transformer + text  Chapter 4's TinyTransformer (D 64, 4 heads, 2 blocks,
+//                       context 64; seed 1) on the licence corpus, 16
+//                       windows a step drawn from Rng(seed)
+//
+// The MLP and the CNN train with SGD (momentum 0.9, lr 0.05) and draw their
+// batches from Chapter 2's fixed batch seed (1234); the Transformer trains
+// with AdamW (lr 3e-3, no weight decay). --seed sets the initial weights
+// (and the Transformer's window draws). One step: forward, the FP32
+// cross-entropy, scale(loss), backward from the scale S, scaler.step
+// (skipped on an inf/NaN gradient by a dynamic scaler), update(), and the
+// refresh of the model copies. Everything is seeded: the same configuration
+// gives the same steps, bit for bit, and so does a run restored from a
+// checkpoint of it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpt/train/checkpoint.hpp"
+
+namespace mpt::train {
+
+/// The configuration with every default filled in and every field checked:
+/// the model/data pair, the policy (canonical text), the scaler
+/// ("dynamic", "static:S" with S the shortest decimal of a finite float > 0,
+/// "none"), the optimizer, a finite lr > 0, steps >= 1, every >= 0.
+/// \throws std::invalid_argument with one line naming the field, the value
+///         and what would be valid.
+RunConfig resolve_config(RunConfig config);
+
+/// The canonical policy text of `text` (see RunConfig::policy), checked.
+/// \throws std::invalid_argument naming what is wrong and the grammar.
+std::string canonical_policy(const std::string& text);
+
+/// What a finished (or stopped) run reports besides its steps.
+struct RunSummary {
+  std::string metric;        ///< "test accuracy" (mlp, cnn) or "validation loss" (transformer)
+  double metric_value = 0;   ///< its value, after the last step
+  std::int64_t skipped = 0;  ///< steps the scaler skipped, over the whole history
+  float final_scale = 1;     ///< the scale the next step would run with
+  float final_loss = 0;      ///< the last step's training loss (NaN before any)
+};
+
+/// One run: the model, data, optimizer and scaler of a RunConfig.
+class TrainRun {
+ public:
+  /// Build a fresh run (resolve_config() first; std::invalid_argument as it
+  /// throws). Loads the digits or the licence corpus on first use (a missing
+  /// file: DataFileMissing / std::runtime_error saying how to get it).
+  explicit TrainRun(const RunConfig& config);
+  ~TrainRun();
+  TrainRun(TrainRun&&) noexcept;             ///< moves keep the model's parameters in place
+  TrainRun& operator=(TrainRun&&) noexcept;  ///< moves keep the model's parameters in place
+  TrainRun(const TrainRun&) = delete;
+  TrainRun& operator=(const TrainRun&) = delete;
+
+  /// The resolved configuration.
+  const RunConfig& config() const;
+  /// Steps taken so far (skipped ones included).
+  std::int64_t steps_done() const;
+  /// Take one step and return (and keep) its record.
+  StepRecord step();
+  /// Every step's record, in order.
+  const std::vector<StepRecord>& history() const;
+  /// Everything a run needs to continue from here, bit for bit.
+  Checkpoint checkpoint() const;
+  /// Continue from `c`: check_resumable(config(), c.config) first, then
+  /// every tensor's name and shape against this model, the step against the
+  /// history, the optimizer and scaler state; all is checked before
+  /// anything is assigned, so on error the run is unchanged.
+  /// \throws std::invalid_argument (one line) on any mismatch.
+  void restore(const Checkpoint& c);
+  /// The summary after the steps so far (the metric is computed now, in
+  /// eval mode for the CNN, without changing the run).
+  RunSummary summary();
+  /// FNV-1a 64 of every FP32 master's bytes (little-endian), in parameter order.
+  std::uint64_t masters_checksum() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Throws std::invalid_argument unless a checkpoint made with `saved` can
+/// continue a run configured as `wanted`: the model, data, policy, scaler,
+/// optimizer, lr and seed must be equal (steps and every may differ). The
+/// line names the field and both values.
+void check_resumable(const RunConfig& wanted, const RunConfig& saved);
+
+}  // namespace mpt::train
