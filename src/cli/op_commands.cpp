@@ -15,7 +15,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "command.hpp"
 #include "mpt/core/ops.hpp"
 #include "mpt/core/policy.hpp"
+#include "mpt/core/policy_string.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/explain.hpp"
 #include "op_runners.hpp"
@@ -67,19 +67,12 @@ std::vector<std::string> runnable_names() {
 // The common options.
 
 std::shared_ptr<const mpt::Policy> parse_policy(const std::string& text, mpt::DType d) {
-  std::shared_ptr<const mpt::Policy> uniform = mpt::uniform_policy(d);
-  if (text == "uniform") return uniform;
-  const std::string prefix = "keep-f32:";
-  if (text.rfind(prefix, 0) != 0)
+  if (text == "uniform") return mpt::uniform_policy(d);
+  if (text.rfind("keep-f32:", 0) != 0)
     throw UsageError("--policy: unknown policy '" + text + "'; " + kPolicyChoices);
-  std::vector<std::string> ops;
-  std::string item;
-  std::istringstream items(text.substr(prefix.size()));
-  while (std::getline(items, item, ',')) ops.push_back(item);
-  if (ops.empty()) throw UsageError("--policy: '" + text + "' names no op; " + kPolicyChoices);
-  if (text.back() == ',') throw UsageError("--policy: '" + text + "' ends with a comma; " + kPolicyChoices);
+  // The policy string of the library (policy_string.hpp), with --dtype's uniform policy as its base.
   try {
-    return std::make_shared<mpt::KeepF32Policy>(uniform, std::vector<std::string>{}, ops);
+    return mpt::parse_policy_string(std::string(mpt::dtype_name(d)) + "+" + text).make();
   } catch (const std::invalid_argument& e) {
     throw UsageError("--policy: " + std::string(e.what()));
   }

@@ -883,11 +883,13 @@ bad_input)
   run op relu --shape 2 --policy amp
   expect_usage_error "--policy: unknown policy 'amp'" "keep-f32:OP[,OP...]"
   run op relu --shape 2 --policy keep-f32:rleu
-  expect_usage_error "--policy: unknown op 'rleu'; known ops: linear, matmul"
+  expect_usage_error "--policy: policy 'f32+keep-f32:rleu': unknown op 'rleu'; known ops: linear, matmul"
   run op relu --shape 2 --policy keep-f32:
-  expect_usage_error "--policy: 'keep-f32:' names no op"
+  expect_usage_error "--policy: policy 'f32+keep-f32:': 'keep-f32:' names nothing" "valid: DTYPE[+keep-f32:OP"
   run op relu --shape 2 --policy keep-f32:relu,
-  expect_usage_error "ends with a comma"
+  expect_usage_error "'keep-f32:' has an empty name (a comma too many)"
+  run op relu --shape 2 --dtype f16 --policy keep-f32:relu,relu
+  expect_usage_error "'relu' is named twice"
   run op linear --shape 2x3
   expect_usage_error "missing --out-features" "--out-features 4"
   run op linear --shape 2x3 --out-features 0

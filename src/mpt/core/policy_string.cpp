@@ -1,0 +1,151 @@
+// Chapters 02 onwards — the policy string: parsing and the canonical text.
+// Depends on: policy_string.hpp, ops.hpp (op_info: the known ops), dtype.hpp
+// (dtype_named).
+#include "mpt/core/policy_string.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
+
+#include "mpt/core/ops.hpp"
+
+namespace mpt {
+namespace {
+
+constexpr const char* kOpClause = "keep-f32:";
+constexpr const char* kLayerClause = "keep-f32-layers:";
+
+// The text as an error line may show it: at most 60 characters, every byte
+// outside printable ASCII written as \xHH, so the message stays one line.
+std::string shown(const std::string& s) {
+  constexpr std::size_t kShown = 60;
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  out += "'";
+  if (s.size() > kShown) out += " (" + std::to_string(s.size()) + " characters, first 60 shown)";
+  return out;
+}
+
+[[noreturn]] void refuse(const std::string& text, const std::string& what) {
+  throw std::invalid_argument("policy " + shown(text) + ": " + what + "; valid: " + policy_string_syntax());
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = s.find(sep, start);
+    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return parts;
+    start = at + 1;
+  }
+}
+
+bool is_path(const std::string& p) {
+  if (p.empty()) return false;
+  for (const std::string& name : split(p, '.')) {
+    if (name.empty()) return false;
+    for (const char c : name)
+      if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_') return false;
+  }
+  return true;
+}
+
+// The names of one clause, each checked by `check` (which throws its own
+// message for a bad name), none twice.
+template <class Check>
+std::vector<std::string> names_of(const std::string& text, const std::string& clause, const std::string& list,
+                                  Check check) {
+  if (list.empty()) refuse(text, "'" + clause + "' names nothing");
+  std::vector<std::string> names = split(list, ',');
+  for (const std::string& n : names) {
+    if (n.empty()) refuse(text, "'" + clause + "' has an empty name (a comma too many)");
+    check(n);
+    if (std::count(names.begin(), names.end(), n) > 1) refuse(text, "'" + n + "' is named twice");
+  }
+  return names;
+}
+
+}  // namespace
+
+std::string policy_string_syntax() {
+  return "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]] with DTYPE one of " + dtype_names() +
+         ", e.g. f16+keep-f32:layer_norm";
+}
+
+PolicySpec parse_policy_string(const std::string& text) {
+  if (text.empty()) refuse(text, "empty");
+  if (text.size() > kMaxPolicyStringLength)
+    refuse(text, "longer than " + std::to_string(kMaxPolicyStringLength) + " characters");
+  const std::vector<std::string> parts = split(text, '+');
+  PolicySpec spec;
+  try {
+    spec.dtype = dtype_named(parts[0]);
+  } catch (const std::invalid_argument& e) {
+    // dtype_named's own explanation where it has one (tf32 is no storage dtype).
+    const std::string why = e.what();
+    refuse(text, why.rfind("unknown dtype", 0) == 0 ? "unknown dtype " + shown(parts[0]) : why);
+  }
+  bool have_ops = false, have_layers = false;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& clause = parts[i];
+    if (clause.rfind(kLayerClause, 0) == 0) {
+      if (have_layers) refuse(text, std::string("'") + kLayerClause + "' given twice");
+      have_layers = true;
+      spec.keep_layers = names_of(
+          text, kLayerClause, clause.substr(std::char_traits<char>::length(kLayerClause)),
+          [&](const std::string& p) {
+            if (!is_path(p))
+              refuse(text, "layer path " + shown(p) + " is not NAME[.NAME...] of letters, digits and _");
+          });
+    } else if (clause.rfind(kOpClause, 0) == 0) {
+      if (have_ops) refuse(text, std::string("'") + kOpClause + "' given twice");
+      have_ops = true;
+      spec.keep_ops = names_of(text, kOpClause, clause.substr(std::char_traits<char>::length(kOpClause)),
+                               [&](const std::string& op) {
+                                 try {
+                                   (void)op_info(op);
+                                 } catch (const std::invalid_argument&) {
+                                   throw std::invalid_argument("policy " + shown(text) + ": unknown op " +
+                                                               shown(op) + "; known ops: " + op_names());
+                                 }
+                               });
+    } else {
+      refuse(text, clause.empty() ? std::string("a '+' with no clause after it")
+                                  : "unknown clause " + shown(clause));
+    }
+  }
+  return spec;
+}
+
+std::string PolicySpec::text() const {
+  std::string out(dtype_name(dtype));
+  const auto list = [&out](const char* clause, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    out += '+';
+    out += clause;
+    for (std::size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
+  };
+  list(kOpClause, keep_ops);
+  list(kLayerClause, keep_layers);
+  return out;
+}
+
+std::shared_ptr<const Policy> PolicySpec::make() const {
+  std::shared_ptr<const Policy> uniform = uniform_policy(dtype);
+  if (keep_ops.empty() && keep_layers.empty()) return uniform;
+  return std::make_shared<KeepF32Policy>(uniform, keep_layers, keep_ops);
+}
+
+}  // namespace mpt
