@@ -24,7 +24,20 @@ constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-1
 }  // namespace
 
 std::string not_a_number(const std::string& token, const std::string& which) {
-  return "cannot parse '" + token + "'" + (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
+  // Control bytes (a NUL on stdin, a line break in an argument) are shown as
+  // \xHH: the message stays one line, and a NUL does not end it early.
+  std::string shown;
+  for (const char c : token) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      shown += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(byte));
+      shown += hex;
+    }
+  }
+  return "cannot parse '" + shown + "'" + (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
 }
 
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {

@@ -12,7 +12,8 @@
 //    in [lo, hi] and std::to_string of it parses back to it; a narrow range
 //    accepts exactly what the full range accepts and lies in it, with the
 //    same value; on failure the output is left alone;
-//  - the error line for a token that is one line is one line.
+//  - the error line names the token, its control bytes (NUL, line breaks)
+//    written as \xHH, and is one line.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,23 @@ void check_round_trip(const std::string& token, T v, const char* decimal_format)
                  "'" + token + "' parsed, but its printed value '" + text + "' does not");
     fuzz_require(same_bits(back, v), "'" + token + "' printed as '" + text + "' parses to other bits");
   }
+}
+
+// The token as the error line must show it: control bytes as \xHH.
+std::string shown(const std::string& token) {
+  std::string out;
+  for (const char c : token) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      static const char digits[] = "0123456789abcdef";
+      out += "\\x";
+      out += digits[byte >> 4];
+      out += digits[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 struct Range {
@@ -104,10 +122,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_round_trip(token, d, "%.17g");
   } else {
     const std::string line = mpt::cli::not_a_number(token, "(input 1)");
-    fuzz_require(line.rfind("cannot parse '" + token + "' (input 1) as a number; ", 0) == 0,
+    fuzz_require(line.rfind("cannot parse '" + shown(token) + "' (input 1) as a number; ", 0) == 0,
                  "the error line does not name the token: " + line);
-    if (mpt::fuzz::is_one_line(token))
-      fuzz_require(mpt::fuzz::is_one_line(line), "the error line is not one line");
+    fuzz_require(mpt::fuzz::is_one_line(line) && line.find('\0') == std::string::npos,
+                 "the error line is not one line of text: " + line);
   }
   check_integer(token);
   return 0;
