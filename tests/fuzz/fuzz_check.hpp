@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace mpt::fuzz {
@@ -25,6 +26,20 @@ inline void fuzz_require(bool ok, const std::string& what) {
 /// The fuzzer's bytes as a string (embedded NULs and all).
 inline std::string input_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
+}
+
+/// The bits of a float, to compare two values bit for bit.
+inline std::uint32_t bits_of(float v) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+/// The bits of a double, to compare two values bit for bit.
+inline std::uint64_t bits_of(double v) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
 }
 
 /// Whether `s` is one line: no line break anywhere.

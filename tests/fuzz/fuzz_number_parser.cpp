@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -33,7 +32,7 @@ template <typename T>
 bool same_bits(T a, T b) {
   if (std::isnan(a) || std::isnan(b))
     return std::isnan(a) && std::isnan(b) && std::signbit(a) == std::signbit(b);
-  return std::memcmp(&a, &b, sizeof a) == 0;
+  return mpt::fuzz::bits_of(a) == mpt::fuzz::bits_of(b);
 }
 
 template <typename T>

@@ -20,7 +20,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,7 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::size_t at = 0;
   for (const std::vector<float>& block : taken)
     for (const float v : block) {
-      fuzz_require(std::memcmp(&v, &model[at], sizeof v) == 0,
+      fuzz_require(mpt::fuzz::bits_of(v) == mpt::fuzz::bits_of(model[at]),
                    "number " + std::to_string(at + 1) + " differs from the model");
       ++at;
     }
@@ -120,8 +119,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       const std::vector<float> dy = numbers.take("dy", {ndy});
       fuzz_require(model.size() >= first + static_cast<std::size_t>(ndy), "take(dy) read past the end");
-      fuzz_require(std::memcmp(dy.data(), &model[first], dy.size() * sizeof(float)) == 0,
-                   "dy differs from the model");
+      for (std::size_t i = 0; i < dy.size(); ++i)
+        fuzz_require(mpt::fuzz::bits_of(dy[i]) == mpt::fuzz::bits_of(model[first + i]),
+                     "dy differs from the model");
       used += static_cast<std::size_t>(ndy);
     } catch (const UsageError& e) {
       const std::string line = e.what();
