@@ -3,18 +3,23 @@
 #
 #   ./mpt.sh tour   install what is missing, build, run every pitfall (mpt tour)
 #   ./mpt.sh test   install what is missing, build, run the whole test suite
+#   ./mpt.sh harden install what is missing, build the asan preset (clang,
+#                   ASan + UBSan, UB fatal), run its CPU suite, then run
+#                   every fuzz target for FUZZ_SECONDS over its corpus
 #
-# Environment: BUILD_DIR (default build), JOBS (default: number of cores),
-# MPT_CMAKE_ARGS (extra configure arguments, e.g. -DMPT_CUDA=OFF).
+# Environment: BUILD_DIR (default build; build/asan for harden), JOBS
+# (default: number of cores), MPT_CMAKE_ARGS (extra configure arguments,
+# e.g. -DMPT_CUDA=OFF), FUZZ_SECONDS (harden: per target, default 30).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-usage() { echo "usage: ./mpt.sh tour|test" >&2; exit 2; }
+usage() { echo "usage: ./mpt.sh tour|test|harden" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 what=$1
-[[ $what == tour || $what == test ]] || { echo "mpt.sh: unknown command '$what'; valid: tour, test" >&2; exit 2; }
+[[ $what == tour || $what == test || $what == harden ]] ||
+  { echo "mpt.sh: unknown command '$what'; valid: tour, test, harden" >&2; exit 2; }
 
-BUILD_DIR=${BUILD_DIR:-build}
+if [[ $what == harden ]]; then BUILD_DIR=${BUILD_DIR:-build/asan}; else BUILD_DIR=${BUILD_DIR:-build}; fi
 JOBS=${JOBS:-$(nproc)}
 
 # Debian packages the build needs (CUDA is optional and not from Debian).
@@ -28,6 +33,12 @@ if [[ $what == test ]]; then
   packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz
              clang-format clang-tidy)
 fi
+if [[ $what == harden ]]; then
+  # the suite (doctest, python3 for the CLI's JSON cases), clang with the
+  # sanitizer and libFuzzer runtimes, llvm for llvm-symbolizer (stacks
+  # with file and line)
+  packages+=(doctest-dev python3 clang libclang-rt-14-dev llvm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -39,6 +50,37 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ $what == harden ]]; then
+  # The preset holds the configuration (CMakePresets.json, "asan"); the
+  # sanitizers' options hold for the suite and for the fuzzers alike.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+  # shellcheck disable=SC2086
+  cmake --preset asan -B "$BUILD_DIR" ${MPT_CMAKE_ARGS:-}
+  cmake --build "$BUILD_DIR" --target fetch-data
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+  # The asan test preset's filter (ctest 3.25 reads a preset's tests from its
+  # own binaryDir, whatever --test-dir says): the CPU and CLI suites.
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -L 'cpu|cli' \
+    -LE 'slow|bench|lint|docs|notebook|exercise'
+  # Each fuzzer starts from the committed corpus and writes what it finds
+  # (new inputs, a crash) into a scratch folder, never into the corpus.
+  seconds=${FUZZ_SECONDS:-30}
+  while IFS=$'\t' read -r name program corpus; do
+    scratch=$(mktemp -d)
+    mkdir "$scratch/new"
+    echo "mpt.sh: fuzzing $name for ${seconds}s (from $corpus)" >&2
+    if ! "$program" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+         -artifact_prefix="$scratch/" "$scratch/new" "$corpus" < /dev/null; then
+      echo "mpt.sh: fuzz target $name failed; the input is in $scratch (fix the bug, then add the input" \
+           "to $corpus under a name that says what it was)" >&2
+      exit 1
+    fi
+    rm -rf "$scratch"
+  done < "$BUILD_DIR/tests/fuzz/fuzz_targets.txt"
+  exit 0
 fi
 
 tests=ON

@@ -24,14 +24,25 @@ constexpr const char* kNumberHint = "use decimal (1.5e-3) or hex-float (0x1.8p-1
 }  // namespace
 
 std::string not_a_number(const std::string& token, const std::string& which) {
-  // A token of a million characters is quoted by its start and its length,
-  // so the message stays one readable line.
+  // Control bytes (a NUL on stdin, a line break in an argument) are shown as
+  // \xHH: the message stays one line, and a NUL does not end it early. A
+  // token of a million characters is quoted by its first 40 and its length.
   constexpr std::size_t kQuoted = 40;
-  const std::string shown = token.size() <= kQuoted ? token
-                                                    : token.substr(0, kQuoted) + "...' (" +
-                                                          std::to_string(token.size()) + " characters";
-  return "cannot parse '" + shown + (token.size() <= kQuoted ? "'" : ")") +
-         (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
+  std::string shown;
+  for (std::size_t i = 0; i < token.size() && i < kQuoted; ++i) {
+    const auto byte = static_cast<unsigned char>(token[i]);
+    if (byte >= 0x20 && byte != 0x7f) {
+      shown += token[i];
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(byte));
+      shown += hex;
+    }
+  }
+  const std::string quoted = token.size() <= kQuoted
+                                 ? "'" + shown + "'"
+                                 : "'" + shown + "...' (" + std::to_string(token.size()) + " characters)";
+  return "cannot parse " + quoted + (which.empty() ? "" : " " + which) + " as a number; " + kNumberHint;
 }
 
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out) {

@@ -54,8 +54,9 @@ bool parse_number(const std::string& token, T& out) {
 
 /// "cannot parse 'TOKEN' as a number; use decimal (...) or hex-float (...)",
 /// the message for every number that does not parse; `which` ("(input 3)"),
-/// when given, follows the token. A token longer than 40 characters is
-/// quoted by its first 40 and its length.
+/// when given, follows the token. Control bytes of the token (NUL, line
+/// breaks) are written as \\xHH, so the message is always one whole line; a
+/// token longer than 40 characters is quoted by its first 40 and its length.
 std::string not_a_number(const std::string& token, const std::string& which = "");
 
 /// A whole number in [lo, hi], all of the token.

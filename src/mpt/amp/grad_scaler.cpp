@@ -262,7 +262,8 @@ void GradScaler::load_state_dict(const std::string& json) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double (1e400).
     load_error(std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object())
