@@ -29,9 +29,9 @@ packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-de
 if [[ $what == test ]]; then
   # tests, benchmarks, the docs site (Doxygen, Graphviz), the notebooks'
   # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h),
-  # the lint test (clang-format, clang-tidy)
+  # the lint test (clang-format, clang-tidy), mpt train --plot's gnuplot
   packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz
-             clang-format clang-tidy)
+             clang-format clang-tidy gnuplot-nox)
 fi
 if [[ $what == harden ]]; then
   # the suite (doctest, python3 for the CLI's JSON cases), clang with the

@@ -18,7 +18,12 @@
 #   fixture   the files the scratch directory gets besides the common ones
 #             (see make_fixture below): files, digits-missing, digits-empty,
 #             digits-truncated, digits-corrupt, digits-not-gzip,
-#             digits-bad-pixel, digits-short-row, digits-is-dir
+#             digits-bad-pixel, digits-short-row, digits-is-dir; and for
+#             mpt train: ckpt (ck/ holds a good checkpoint of step 2 of an
+#             f16 MLP with a dynamic scaler), ckpt-empty (ck/ is empty),
+#             ckpt-truncated, ckpt-bitflip, ckpt-version (that checkpoint
+#             cut in half, with one bit flipped, with format version 2),
+#             ckpt-garbage (ck/x.mpt is text)
 #   stdin     what the command reads: '-' (nothing, /dev/null), 'text:WORDS'
 #             (WORDS and a newline), or a generator: 'big-token' (a million
 #             digits, then 'x'), 'many-values' (a million numbers on one
@@ -96,6 +101,18 @@ make_fixture() {
     { digits_rows | head -2; echo "1,2,3,4"; } | gzip >"$data/digits.csv.gz"
     ;;
   digits-is-dir) mkdir -p "$data/digits.csv.gz" ;;
+  ckpt-empty) mkdir -p "$dir/ck" ;;
+  ckpt-garbage) mkdir -p "$dir/ck" && printf 'not a checkpoint\n' >"$dir/ck/x.mpt" ;;
+  ckpt | ckpt-truncated | ckpt-bitflip | ckpt-version)
+    "$MPT" train --model mlp --data synthetic --policy f16 --scaler dynamic --steps 2 --checkpoint "$dir/ck" \
+      --every 2 >/dev/null 2>&1 || { echo "fixture $name: mpt train failed" >&2; return 1; }
+    local f=$dir/ck/ckpt-000000002.mpt
+    case $name in
+    ckpt-truncated) head -c $(($(wc -c <"$f") / 2)) "$f" >"$f.cut" && mv "$f.cut" "$f" ;;
+    ckpt-bitflip) printf '\x55' | dd of="$f" bs=1 seek=3000 conv=notrunc status=none ;;
+    ckpt-version) printf '\x02' | dd of="$f" bs=1 seek=8 conv=notrunc status=none ;;
+    esac
+    ;;
   *)
     echo "unknown fixture '$name'" >&2
     return 1
