@@ -116,6 +116,15 @@ class Reader {
     const std::uint32_t n = u32(what);
     need(n, what);
     std::string s(b_.substr(pos_, n));
+    // Every string the format holds (names, the configuration, the scaler's
+    // JSON) is printable ASCII; anything else is damage, and refusing it here
+    // keeps every later message that quotes a string one line of text.
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c < 0x20 || c > 0x7e)
+        bad(std::string(what) + " holds byte " + std::to_string(c) + " at its offset " + std::to_string(i) +
+            "; the strings of a checkpoint are printable ASCII");
+    }
     pos_ += n;
     return s;
   }

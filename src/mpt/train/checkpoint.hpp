@@ -109,12 +109,13 @@ std::string serialize_checkpoint(const Checkpoint& c);
 Checkpoint parse_checkpoint(std::string_view bytes);
 
 /// The payload alone (no header, no checksum): what parse_checkpoint()
-/// reads once the checksum matched, for fuzzing past it. std::invalid_argument
-/// (one line) for a field that runs past the end, a count or length larger
-/// than what is left, a rank above 8, dims whose product is not n, a bool
-/// byte that is not 0/1, an lr that is not finite and > 0, a negative step
-/// or position, a non-finite pending normal, a history that is not steps
-/// 1..step or has a scale that is not finite and >= 0, and trailing bytes.
+/// reads once the checksum matched, for fuzzing past it.
+/// std::invalid_argument (one line) for a field that runs past the end, a
+/// count or length larger than what is left, a string that is not printable
+/// ASCII, a rank above 8, dims whose product is not n, a bool byte that is
+/// not 0/1, an lr that is not finite and > 0, a negative step or position, a
+/// non-finite pending normal, a history that is not steps 1..step or has a
+/// scale that is not finite and >= 0, and trailing bytes.
 Checkpoint parse_checkpoint_payload(std::string_view payload);
 
 /// "ckpt-NNNNNNNNN.mpt" for `step` (9 digits).
