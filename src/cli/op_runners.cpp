@@ -571,8 +571,8 @@ std::vector<OpOutput> run_conv2d(const OpCall& c, StdinNumbers& in) {
                                  sizes + ": the weight");
     // Output positions (stride >= 1): at most the padded input's.
     const double positions = static_cast<double>(c.shape[0]) *
-                             static_cast<double>(c.shape[2] + 2 * o.padding) *
-                             static_cast<double>(c.shape[3] + 2 * o.padding);
+                             (static_cast<double>(c.shape[2]) + 2.0 * o.padding) *
+                             (static_cast<double>(c.shape[3]) + 2.0 * o.padding);
     require_at_most_max_elements(positions * out_channels, sizes + ": the output");
     require_at_most_max_elements(positions * static_cast<double>(c.shape[1]) * k2,
                                  sizes + ": the unfolded input");
