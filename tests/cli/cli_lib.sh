@@ -37,6 +37,14 @@ $(diff "$WORK/expected" "$OUT")"
 
 # A usage error: status 2, nothing on stdout, exactly one line on stderr
 # that starts with "mpt" and contains every given string.
+# run ARGS...: run $MPT with nothing on its standard input; stdout in $OUT,
+# stderr in $ERR, the status in RC. A script that needs stdin defines its own.
+run() {
+  ARGS="$*"
+  "$MPT" "$@" </dev/null >"$OUT" 2>"$ERR"
+  RC=$?
+}
+
 expect_usage_error() {
   expect_rc 2
   [ ! -s "$OUT" ] || fail "stdout is not empty"

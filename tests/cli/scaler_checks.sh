@@ -12,13 +12,6 @@ MPT=$1
 CASE=$2
 . "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-# run ARGS...: run mpt with nothing on its standard input.
-run() {
-  ARGS="$*"
-  "$MPT" "$@" </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
 case "$CASE" in
 
 simulate_overflow_rows)

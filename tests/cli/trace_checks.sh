@@ -11,12 +11,6 @@ MPT=$1
 CASE=$2
 . "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-run() {
-  ARGS="$*"
-  "$MPT" "$@" </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
 # count_lines REGEX: lines of stdout matching the extended regex.
 count_lines() { grep -cE -- "$1" "$OUT"; }
 

@@ -13,12 +13,6 @@ MPT=$1
 CASE=$2
 . "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-run() {
-  ARGS="$*"
-  "$MPT" "$@" </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
 case "$CASE" in
 
 every_model_runs)
