@@ -49,23 +49,38 @@ if [[ ${#files[@]} -eq 0 ]]; then
   exit 1
 fi
 
-# Per namespace compound: its name, and whether its <briefdescription> holds
-# a paragraph. Anonymous namespaces (Doxygen names them @N) are
-# implementation and need none; std is the standard library's.
+# Namespaces declared in a .cpp file only (a pitfall's own names, file-local
+# inside an anonymous namespace that Doxygen does not name) are
+# implementation, not API: the compound's own <location>, the last one in its
+# file, names a .cpp.
+implementation=$(awk '
+  function flush() { if (where ~ /\.cpp$/) print name; name = ""; where = "" }
+  FNR == 1 { flush() }
+  /<compoundname>/ && name == "" { name = $0; sub(/.*<compoundname>/, "", name); sub(/<\/compoundname>.*/, "", name) }
+  /<location file="/ { where = $0; sub(/.*<location file="/, "", where); sub(/".*/, "", where) }
+  END { flush() }
+' "${files[@]}" | sort -u)
+
+# Per namespace compound: its name, and whether its own <briefdescription>
+# holds a paragraph. The compound's brief comes after its members' (each
+# member has one), so it is the last in the file. Anonymous namespaces
+# (Doxygen names them @N) are implementation and need none; std is the
+# standard library's.
 undocumented=$(awk '
-  FNR == 1 { name = ""; inbrief = 0; depth_done = 0; is_namespace = 0 }
-  depth_done { next }
+  function flush() {
+    if (is_namespace && name != "" && name !~ /@/ && name != "std" && last !~ /<para>/) print name
+    name = ""; inbrief = 0; is_namespace = 0; last = ""
+  }
+  FNR == 1 { flush() }
   /<compounddef / && /kind="namespace"/ { is_namespace = 1 }
   /<compoundname>/ && name == "" {
     name = $0; sub(/.*<compoundname>/, "", name); sub(/<\/compoundname>.*/, "", name)
   }
   /<briefdescription>/ && !inbrief { inbrief = 1; brief = "" }
   inbrief { brief = brief $0 }
-  /<\/briefdescription>/ && inbrief {
-    inbrief = 0; depth_done = 1
-    if (is_namespace && name !~ /@/ && name != "std" && brief !~ /<para>/) print name
-  }
-' "${files[@]}" | sort -u)
+  /<\/briefdescription>/ && inbrief { inbrief = 0; last = brief }
+  END { flush() }
+' "${files[@]}" | sort -u | comm -23 - <(echo "$implementation"))
 
 if [[ -n "$undocumented" ]]; then
   echo "check_namespaces.sh: these namespaces have no description; add a \\namespace entry" >&2

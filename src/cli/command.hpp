@@ -12,7 +12,9 @@
 //          auto* sub = app.add_subcommand("name", "what it does");
 //          handlers.on(sub, [] { return 0; });  // every leaf subcommand needs one
 //        }
-//        const mpt::cli::Registration registered{{NN, 1}, "family", add_family};
+//        const mpt::cli::Registration family_registered{{NN, 1}, "family", add_family};
+//      (named after the family: the program is compiled as one unity file,
+//      where two file-local objects of one name would clash);
 //   3. one line in src/cli/CMakeLists.txt, adding the file to mpt_cli;
 //   4. a test in tests/cli: the new subcommands in MPT_CLI_COMMAND_ORDER
 //      (tests/cli/CMakeLists.txt, checked by commands_checks.sh) and a case

@@ -240,6 +240,6 @@ void add_formats_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 }
 
 // Chapter 1, first family: listed first in `mpt --help`.
-const mpt::cli::Registration registered{{1, 1}, "formats", add_formats_commands};
+const mpt::cli::Registration formats_registered{{1, 1}, "formats", add_formats_commands};
 
 }  // namespace

@@ -262,6 +262,6 @@ void add_op_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 }
 
 // Chapter 3's first family.
-const mpt::cli::Registration registered{{3, 1}, "op", add_op_commands};
+const mpt::cli::Registration op_registered{{3, 1}, "op", add_op_commands};
 
 }  // namespace

@@ -194,6 +194,6 @@ void add_scaler_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 }
 
 // Chapter 2's only family: after all of Chapter 1's in `mpt --help`.
-const mpt::cli::Registration registered{{2, 1}, "scaler", add_scaler_commands};
+const mpt::cli::Registration scaler_registered{{2, 1}, "scaler", add_scaler_commands};
 
 }  // namespace

@@ -329,6 +329,6 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 }
 
 // Chapter 2's second family: after `scaler`.
-const mpt::cli::Registration registered{{2, 2}, "trace", add_trace_commands};
+const mpt::cli::Registration trace_registered{{2, 2}, "trace", add_trace_commands};
 
 }  // namespace

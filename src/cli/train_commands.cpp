@@ -411,6 +411,6 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 }
 
 // After every Chapter 4 family.
-const mpt::cli::Registration registered{{4, 90}, "train", add_train_commands};
+const mpt::cli::Registration train_registered{{4, 90}, "train", add_train_commands};
 
 }  // namespace

@@ -96,12 +96,6 @@ const std::size_t kLengths[] = {1, 2, 7, 8, 63, 64, 65, 71, 127, 128, 129, 200, 
 // A tensor of values rounded into d (RNE).
 Tensor tensor(const VecF& v, Shape s, DType d) { return Tensor::from_f32(v.data(), std::move(s), d); }
 
-VecF widened(const Tensor& t) {
-  VecF v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 // The whole-tensor formulas on the widened x, y rounded once into `out`:
 // what norm_cpu::forward must give, bit for bit.
 struct Whole {

@@ -19,7 +19,11 @@
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt::ch01 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_gradient_underflow {
 
 // ---------------------------------------------------------------------------
 // The constants and the inputs.
@@ -137,12 +141,14 @@ RunResult underflow_outcomes(const std::vector<float>& g, const std::vector<floa
   return r;
 }
 
+}  // namespace fp16_gradient_underflow
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_gradient_underflow_pitfall() {
+  using namespace fp16_gradient_underflow;
   const Limits l16 = limits_of(fp16().spec);
   return Pitfall{
       "fp16-gradient-underflow",

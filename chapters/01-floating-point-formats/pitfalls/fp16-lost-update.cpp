@@ -16,7 +16,11 @@
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt::ch01 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_lost_update {
 
 // ---------------------------------------------------------------------------
 // The constants.
@@ -111,12 +115,14 @@ RunResult lost_update_outcomes(double final_weight, double final_fp16_copy, doub
   return r;
 }
 
+}  // namespace fp16_lost_update
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_lost_update_pitfall() {
+  using namespace fp16_lost_update;
   const Limits l16 = limits_of(fp16().spec);
   return Pitfall{
       "fp16-lost-update",

@@ -20,7 +20,11 @@
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt::ch01 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_overflow {
 
 // ---------------------------------------------------------------------------
 // The constants and the inputs.
@@ -153,12 +157,14 @@ RunResult overflow_outcomes(const std::vector<float>& x, const std::vector<float
   return r;
 }
 
+}  // namespace fp16_overflow
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_overflow_pitfall() {
+  using namespace fp16_overflow;
   const double inf = std::numeric_limits<double>::infinity();
   // The mechanism quotes the format's limits; they are computed, like
   // everything the CLI prints.

@@ -16,7 +16,11 @@
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt::ch01 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_sum_stagnation {
 
 // ---------------------------------------------------------------------------
 // The constants.
@@ -103,12 +107,14 @@ RunResult stagnation_outcomes(float addend, double sum, double stalled, double f
   return r;
 }
 
+}  // namespace fp16_sum_stagnation
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_sum_stagnation_pitfall() {
+  using namespace fp16_sum_stagnation;
   return Pitfall{
       "fp16-sum-stagnation",
       1,

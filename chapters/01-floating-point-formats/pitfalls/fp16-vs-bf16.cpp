@@ -17,7 +17,11 @@
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt::ch01 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_vs_bf16 {
 
 // ---------------------------------------------------------------------------
 // The constants and the input.
@@ -116,12 +120,14 @@ RunResult range_precision_outcomes(const std::vector<float>& x, const std::vecto
   return r;
 }
 
+}  // namespace fp16_vs_bf16
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_vs_bf16_pitfall() {
+  using namespace fp16_vs_bf16;
   const Limits l16 = limits_of(fp16().spec), lbf16 = limits_of(bf16().spec);
   return Pitfall{
       "fp16-vs-bf16",

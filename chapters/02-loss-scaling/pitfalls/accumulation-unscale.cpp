@@ -27,7 +27,11 @@
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace accumulation_unscale {
 
 // ---------------------------------------------------------------------------
 // The constants, what a run measures, and the gradient it should use.
@@ -211,12 +215,14 @@ RunResult accumulation_outcomes(const AccumulationRun& r, BlobsRun& run, std::st
   return out;
 }
 
+}  // namespace accumulation_unscale
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall accumulation_unscale_pitfall() {
+  using namespace accumulation_unscale;
   return Pitfall{
       "accumulation-unscale",
       2,

@@ -25,7 +25,11 @@
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace adam_eps_fp16 {
 
 // ---------------------------------------------------------------------------
 // The constants, what a run measures, and the training of both runs.
@@ -142,12 +146,14 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace adam_eps_fp16
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall adam_eps_fp16_pitfall() {
+  using namespace adam_eps_fp16;
   return Pitfall{
       "adam-eps-fp16",
       2,

@@ -22,7 +22,11 @@
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace clip_before_unscale {
 
 // ---------------------------------------------------------------------------
 // The constants, what a run measures, and the clip.
@@ -167,12 +171,14 @@ RunResult clip_outcomes(const ClipRun& r, DigitsRun& run, std::string setup) {
   return out;
 }
 
+}  // namespace clip_before_unscale
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall clip_before_unscale_pitfall() {
+  using namespace clip_before_unscale;
   return Pitfall{
       "clip-before-unscale",
       2,

@@ -19,7 +19,11 @@
 #include "mpt/nn/mlp.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_weights_no_master {
 
 // ---------------------------------------------------------------------------
 // The constants and the training of both runs.
@@ -125,12 +129,14 @@ RunResult master_outcomes(const MasterRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace fp16_weights_no_master
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_weights_no_master_pitfall() {
+  using namespace fp16_weights_no_master;
   return Pitfall{
       "fp16-weights-no-master",
       2,

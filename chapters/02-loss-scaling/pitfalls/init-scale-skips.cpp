@@ -27,7 +27,11 @@
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace init_scale_skips {
 
 // ---------------------------------------------------------------------------
 // The constants, the data, the schedule, and what a run measures.
@@ -227,12 +231,14 @@ RunResult schedule_outcomes(const ScheduleRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace init_scale_skips
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall init_scale_skips_pitfall() {
+  using namespace init_scale_skips;
   return Pitfall{
       "init-scale-skips",
       2,

@@ -21,7 +21,11 @@
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace no_loss_scaling {
 
 // ---------------------------------------------------------------------------
 // The constants and what a run measures.
@@ -150,12 +154,14 @@ RunResult underflow_outcomes(const UnderflowRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace no_loss_scaling
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall no_loss_scaling_pitfall() {
+  using namespace no_loss_scaling;
   return Pitfall{
       "no-loss-scaling",
       2,

@@ -27,7 +27,11 @@
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace resume_without_scaler_state {
 
 // ---------------------------------------------------------------------------
 // The constants, the data, the checkpoint, and what a run measures.
@@ -230,12 +234,14 @@ RunResult resume_outcomes(const Resumed& r, std::string setup) {
   return out;
 }
 
+}  // namespace resume_without_scaler_state
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall resume_without_scaler_state_pitfall() {
+  using namespace resume_without_scaler_state;
   return Pitfall{
       "resume-without-scaler-state",
       2,

@@ -20,7 +20,11 @@
 #include "mpt/amp/grad_scaler.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace static_scale_too_large {
 
 // ---------------------------------------------------------------------------
 // The constants and the loop of both runs.
@@ -133,12 +137,14 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
   return out;
 }
 
+}  // namespace static_scale_too_large
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall static_scale_too_large_pitfall() {
+  using namespace static_scale_too_large;
   return Pitfall{
       "static-scale-too-large",
       2,

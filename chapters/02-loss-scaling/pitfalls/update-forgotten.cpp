@@ -17,7 +17,11 @@
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace update_forgotten {
 
 // ---------------------------------------------------------------------------
 // The constants and what a run measures.
@@ -102,12 +106,14 @@ RunResult forget_outcomes(const ForgetRun& r, const GradScaler& scaler, std::str
   return out;
 }
 
+}  // namespace update_forgotten
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall update_forgotten_pitfall() {
+  using namespace update_forgotten;
   return Pitfall{
       "update-forgotten",
       2,

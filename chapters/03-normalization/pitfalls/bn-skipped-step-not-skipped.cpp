@@ -36,7 +36,11 @@
 #include "mpt/nn/batch_norm.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace bn_skipped_step_not_skipped {
 
 // ---------------------------------------------------------------------------
 // The constants and the loop of every run.
@@ -180,12 +184,14 @@ RunResult skip_outcomes(const SkipRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace bn_skipped_step_not_skipped
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall bn_skipped_step_not_skipped_pitfall() {
+  using namespace bn_skipped_step_not_skipped;
   return Pitfall{
       "bn-skipped-step-not-skipped",
       3,

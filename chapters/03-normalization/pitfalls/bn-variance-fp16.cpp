@@ -31,7 +31,11 @@
 #include "mpt/nn/norm_math.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace bn_variance_fp16 {
 
 // ---------------------------------------------------------------------------
 // The batch both runs normalize, and what a run measures.
@@ -221,12 +225,14 @@ RunResult variance_outcomes(const Normalized& r, std::string setup, std::string 
   return out;
 }
 
+}  // namespace bn_variance_fp16
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall bn_variance_fp16_pitfall() {
+  using namespace bn_variance_fp16;
   return Pitfall{
       "bn-variance-fp16",
       3,

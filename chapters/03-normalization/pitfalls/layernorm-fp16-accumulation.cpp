@@ -31,7 +31,11 @@
 #include "mpt/nn/norm_math.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace layernorm_fp16_accumulation {
 
 // ---------------------------------------------------------------------------
 // The rows both runs normalize, and what a run measures.
@@ -214,12 +218,14 @@ RunResult accumulation_outcomes(const Normalized& r, std::string setup) {
   return out;
 }
 
+}  // namespace layernorm_fp16_accumulation
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall layernorm_fp16_accumulation_pitfall() {
+  using namespace layernorm_fp16_accumulation;
   return Pitfall{
       "layernorm-fp16-accumulation",
       3,

@@ -32,7 +32,11 @@
 #include "mpt/nn/welford.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace norm_eps_fp16 {
 
 // ---------------------------------------------------------------------------
 // The batch both runs normalize, and what a run measures.
@@ -205,12 +209,14 @@ RunResult eps_outcomes(const EpsRun& r, std::string setup, std::string why) {
   return out;
 }
 
+}  // namespace norm_eps_fp16
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall norm_eps_fp16_pitfall() {
+  using namespace norm_eps_fp16;
   return Pitfall{
       "norm-eps-fp16",
       3,

@@ -32,7 +32,11 @@
 #include "mpt/nn/data.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace running_stats_fp16 {
 
 // ---------------------------------------------------------------------------
 // The data, the constants, and the loop of every run.
@@ -207,12 +211,14 @@ RunResult stats_outcomes(const StatsRun& r, std::string setup) {
   return out;
 }
 
+}  // namespace running_stats_fp16
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall running_stats_fp16_pitfall() {
+  using namespace running_stats_fp16;
   return Pitfall{
       "running-stats-fp16",
       3,

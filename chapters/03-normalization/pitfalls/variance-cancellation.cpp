@@ -30,7 +30,11 @@
 #include "mpt/nn/norm_math.hpp"
 
 namespace mpt::ch03 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace variance_cancellation {
 
 // ---------------------------------------------------------------------------
 // The activations both runs normalize, and what a run measures.
@@ -199,12 +203,14 @@ RunResult cancellation_outcomes(const Normalized& r, std::string setup) {
   return out;
 }
 
+}  // namespace variance_cancellation
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall variance_cancellation_pitfall() {
+  using namespace variance_cancellation;
   return Pitfall{
       "variance-cancellation",
       3,

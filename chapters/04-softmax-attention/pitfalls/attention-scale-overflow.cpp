@@ -32,7 +32,11 @@
 #include "mpt/nn/attention.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace attention_scale_overflow {
 
 // ---------------------------------------------------------------------------
 // The activations both runs attend over, and what a run measures.
@@ -171,12 +175,14 @@ RunResult scale_outcomes(const AttentionResult& a, std::string setup, std::strin
   return r;
 }
 
+}  // namespace attention_scale_overflow
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall attention_scale_overflow_pitfall() {
+  using namespace attention_scale_overflow;
   return Pitfall{
       "attention-scale-overflow",
       4,

@@ -38,7 +38,11 @@
 #include "mpt/nn/softmax.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace autocast_disabled_softmax {
 
 // ---------------------------------------------------------------------------
 // The logits both runs take, and what a run measures.
@@ -159,12 +163,14 @@ RunResult autocast_outcomes(const TracedSoftmax& s, std::string setup, std::stri
   return r;
 }
 
+}  // namespace autocast_disabled_softmax
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall autocast_disabled_softmax_pitfall() {
+  using namespace autocast_disabled_softmax;
   return Pitfall{
       "autocast-disabled-softmax",
       4,

@@ -32,7 +32,11 @@
 #include "mpt/nn/softmax.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_loss_reduction {
 
 // ---------------------------------------------------------------------------
 // The two batches both runs take, and what a run measures.
@@ -218,12 +222,14 @@ RunResult reduction_outcomes(ReduceFn f, std::string setup, std::string why) {
   return out;
 }
 
+}  // namespace fp16_loss_reduction
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_loss_reduction_pitfall() {
+  using namespace fp16_loss_reduction;
   return Pitfall{
       "fp16-loss-reduction",
       4,

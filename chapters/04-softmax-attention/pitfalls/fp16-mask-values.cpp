@@ -38,7 +38,11 @@
 #include "mpt/nn/softmax.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_mask_values {
 
 // ---------------------------------------------------------------------------
 // The batch both runs attend over, and what a run measures.
@@ -290,12 +294,14 @@ RunResult mask_outcomes(const MaskRun& r, std::string setup, std::string why) {
   return out;
 }
 
+}  // namespace fp16_mask_values
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_mask_values_pitfall() {
+  using namespace fp16_mask_values;
   return Pitfall{
       "fp16-mask-values",
       4,

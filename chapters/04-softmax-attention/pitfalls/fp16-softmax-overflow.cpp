@@ -29,7 +29,11 @@
 #include "mpt/nn/softmax.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace fp16_softmax_overflow {
 
 // ---------------------------------------------------------------------------
 // The logits both runs take, and what a run measures.
@@ -188,12 +192,14 @@ RunResult overflow_outcomes(SoftmaxFn f, std::string setup, std::string why) {
   return out;
 }
 
+}  // namespace fp16_softmax_overflow
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall fp16_softmax_overflow_pitfall() {
+  using namespace fp16_softmax_overflow;
   return Pitfall{
       "fp16-softmax-overflow",
       4,

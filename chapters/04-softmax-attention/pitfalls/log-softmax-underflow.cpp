@@ -34,7 +34,11 @@
 #include "mpt/nn/softmax.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace log_softmax_underflow {
 
 // ---------------------------------------------------------------------------
 // The two batches both runs take, and what a run measures.
@@ -192,12 +196,14 @@ RunResult underflow_outcomes(LossFn f, std::string setup, std::string why) {
   return out;
 }
 
+}  // namespace log_softmax_underflow
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The entry and its checks.
 
 Pitfall log_softmax_underflow_pitfall() {
+  using namespace log_softmax_underflow;
   return Pitfall{
       "log-softmax-underflow",
       4,

@@ -38,7 +38,11 @@
 #include "mpt/formats/format.hpp"
 
 namespace mpt::ch04 {
+// This pitfall's own names: file-local, and in a namespace of their own,
+// since the chapters are compiled as unity files, where two pitfalls' names
+// would meet.
 namespace {
+namespace naive_loss_training {
 
 constexpr int kSteps = 120;
 
@@ -113,9 +117,11 @@ RunResult naive_fixed() {
 }
 //! [naive-loss-training-fixed]
 
+}  // namespace naive_loss_training
 }  // namespace
 
 Pitfall naive_loss_training_pitfall() {
+  using namespace naive_loss_training;
   return Pitfall{
       "naive-loss-training",
       4,

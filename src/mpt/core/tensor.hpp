@@ -195,4 +195,12 @@ void store_as(DType d, const float* in, void* out, std::size_t n, const Rounding
 /// n elements of dtype d widened to f32 (exact).
 void load_from(DType d, const void* in, float* out, std::size_t n);
 
+/// Every element of t widened to f32 (exact), as a vector: what a layer's
+/// FP32 compute reads.
+inline std::vector<float> widened(const Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  t.to_f32(v.data());
+  return v;
+}
+
 }  // namespace mpt

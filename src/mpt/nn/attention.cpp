@@ -18,12 +18,6 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 // Round v into d and read the rounded values back into v: what storing an
 // intermediate in d and reading it again does. Returns the stored tensor.
 Tensor store_and_reload(std::vector<float>& v, Shape shape, DType d) {
@@ -115,7 +109,7 @@ MaskIndex mask_index(const Shape& mask, const Dims& g, std::string_view path) {
   return m;
 }
 
-void require_f32_compute(const OpPrecision& op, std::string_view path) {
+void require_f32_attention(const OpPrecision& op, std::string_view path) {
   if (op.compute != DType::f32)
     throw std::invalid_argument(who(path) + ": the policy asks for " + std::string(dtype_name(op.compute)) +
                                 " compute; attention sums its products and its softmax in f32");
@@ -171,7 +165,7 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   AttentionResult r;
   AttentionState& st = r.saved;
   st.op = ctx.decide(kOp, path, {q.dtype(), k.dtype(), v.dtype()});
-  require_f32_compute(st.op, path);
+  require_f32_attention(st.op, path);
   st.scale = scale;
   st.scale_q_first = options.scale_q_first;
   const DType in = st.op.input;

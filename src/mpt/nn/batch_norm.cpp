@@ -24,17 +24,11 @@ std::string number(double v) {
   return o.str();
 }
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 Tensor f32_tensor(const std::vector<float>& v) {
   return Tensor::from_f32(v.data(), {static_cast<std::int64_t>(v.size())}, DType::f32);
 }
 
-void require_f32_compute(const OpPrecision& q) {
+void require_f32_batch_norm(const OpPrecision& q) {
   if (q.compute != DType::f32)
     throw std::invalid_argument("batch_norm: the policy asks for " + std::string(dtype_name(q.compute)) +
                                 " compute; batch_norm computes its statistics in f32; FP16 statistics are "
@@ -143,7 +137,7 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   std::vector<DType> inputs{x.dtype()};
   if (options_.affine) inputs.push_back(weight.weights().dtype());
   op_ = ctx.decide("batch_norm", path(), inputs);
-  require_f32_compute(op_);
+  require_f32_batch_norm(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const std::size_t nc = static_cast<std::size_t>(num_features_);
   const auto eps = static_cast<float>(options_.eps);

@@ -16,13 +16,6 @@ namespace mpt {
 
 namespace {
 
-Tensor uniform_f32(Shape shape, double bound, Rng& rng) {
-  Tensor t(DType::f32, std::move(shape));
-  float* p = t.f32_data();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-bound, bound));
-  return t;
-}
-
 void check_options(const Conv2dOptions& o) {
   if (o.stride < 1 || o.padding < 0)
     throw std::invalid_argument("Conv2d: stride must be >= 1 and padding >= 0, got stride " +
@@ -30,12 +23,6 @@ void check_options(const Conv2dOptions& o) {
 }
 
 // The values of a tensor widened to f32 (exact).
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 }  // namespace
 
 Conv2d::Conv2d(int in_channels, int out_channels, int kernel_size, Rng& rng, Conv2dOptions options)

@@ -14,13 +14,7 @@ namespace mpt {
 
 namespace {
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
-void require_f32_compute(const OpPrecision& q, const char* op) {
+void require_f32_sum(const OpPrecision& q, const char* op) {
   if (q.compute != DType::f32)
     throw std::invalid_argument(std::string(op) + ": the policy asks for " +
                                 std::string(dtype_name(q.compute)) + " compute; " + op + " sums in f32");
@@ -89,7 +83,7 @@ Tensor Embedding::forward_impl(const Tensor& ids, Context& ctx) {
   }
   ids_shape_ = ids.shape();
   op_ = ctx.decide("embedding", path(), {weight.weights().dtype()});
-  require_f32_compute(op_, "embedding");
+  require_f32_sum(op_, "embedding");
   const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::forward, "weight");
   // The gather: rows of the table as stored, rounded into the output dtype
   // (exact when it is the table's).
@@ -149,7 +143,7 @@ Tensor TiedLinear::forward_impl(const Tensor& h, Context& ctx) {
                                 shape_string(table.shape()) + "; h must be [B, " +
                                 std::to_string(table.dim() == 2 ? table.size(1) : 0) + "]");
   op_ = ctx.decide("linear", path(), {h.dtype(), table.dtype()});
-  require_f32_compute(op_, "linear");
+  require_f32_sum(op_, "linear");
   h_ = ctx.cast(h, op_.input, path(), Phase::forward, "h");
   const Tensor w = ctx.cast(table, op_.input, path(), Phase::forward, "weight");
   Tensor y = gemm(h_, Op::N, w, Op::T, op_.output);

@@ -18,13 +18,7 @@ namespace mpt {
 
 namespace {
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
-void require_f32_compute(const OpPrecision& q) {
+void require_f32_layer_norm(const OpPrecision& q) {
   if (q.compute != DType::f32)
     throw std::invalid_argument("layer_norm: the policy asks for " + std::string(dtype_name(q.compute)) +
                                 " compute; layer_norm computes its statistics in f32; FP16 statistics are "
@@ -90,7 +84,7 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Context& ctx) {
   std::vector<DType> inputs{x.dtype()};
   if (affine) inputs.push_back(weight.weights().dtype());
   op_ = ctx.decide("layer_norm", path(), inputs);
-  require_f32_compute(op_);
+  require_f32_layer_norm(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const std::int64_t d = numel(normalized_shape_), rows = x.numel() / d;
   const norm_math::Layout l{1, rows, d};

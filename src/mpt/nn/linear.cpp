@@ -15,19 +15,12 @@ namespace mpt {
 
 namespace {
 
-Tensor uniform_f32(Shape shape, double bound, Rng& rng) {
-  Tensor t(DType::f32, std::move(shape));
-  float* p = t.f32_data();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-bound, bound));
-  return t;
-}
-
 void require_shape(const std::string& what, const Shape& have, const Shape& want) {
   if (have != want)
     throw std::invalid_argument(what + " is " + shape_string(have) + ", expected " + shape_string(want));
 }
 
-void require_f32_compute(const OpPrecision& q) {
+void require_f32_linear(const OpPrecision& q) {
   if (q.compute != DType::f32)
     throw std::invalid_argument("linear: the policy asks for " + std::string(dtype_name(q.compute)) +
                                 " compute; linear accumulates in f32 (the FP16-accumulating GEMM is "
@@ -72,7 +65,7 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
     throw std::invalid_argument(weight.name + ": x is " + shape_string(x.shape()) +
                                 " but the layer takes [B, " + std::to_string(weight.master.size(1)) + "]");
   op_ = ctx.decide("linear", path(), {x.dtype(), weight.weights().dtype()});
-  require_f32_compute(op_);
+  require_f32_linear(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::forward, "weight");
   const Tensor b = ctx.cast(bias.weights(), op_.input, path(), Phase::forward, "bias");

@@ -116,4 +116,11 @@ Parameter make_parameter(std::string name, const MatrixF& init, DType d) {
   return Parameter(std::move(name), Tensor::from_matrix(init, DType::f32), d);
 }
 
+Tensor uniform_f32(Shape shape, double bound, Rng& rng) {
+  Tensor t(DType::f32, std::move(shape));
+  float* p = t.f32_data();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rng.uniform(-bound, bound));
+  return t;
+}
+
 }  // namespace mpt

@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the Parameter.
-// Depends on: the core tier (tensor.hpp, dtype.hpp).
+// Depends on: the core tier (tensor.hpp, dtype.hpp, random.hpp).
 //
 // A trainable tensor as mixed precision keeps it: the FP32 master the
 // optimizer updates, the model copy that forward and backward read — in the
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "mpt/core/dtype.hpp"
+#include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 
 namespace mpt {
@@ -46,6 +47,11 @@ struct RefreshStats {
   /// Add another refresh's counts.
   RefreshStats& operator+=(const RefreshStats& o);
 };
+
+/// A new f32 tensor of independent draws from U(−bound, bound), in order:
+/// the initial weights of Linear and Conv2d (PyTorch's default bound
+/// 1/√fan_in is the caller's).
+Tensor uniform_f32(Shape shape, double bound, Rng& rng);
 
 /// One trainable tensor. `master` is the truth; refresh() rounds it into the
 /// model copy after each optimizer step.

@@ -46,7 +46,7 @@ conv_math::Geometry pool_geometry(const std::string& name, const Shape& x, const
   return g;
 }
 
-void require_f32_compute(const OpPrecision& q, const char* op) {
+void require_f32_pooling(const OpPrecision& q, const char* op) {
   if (q.compute != DType::f32)
     throw std::invalid_argument(std::string(op) + ": the policy asks for " +
                                 std::string(dtype_name(q.compute)) + " compute; it computes in f32");
@@ -60,14 +60,8 @@ void require_dy_shape(const std::string& name, const Tensor& dy, const Shape& wa
 
 Shape pooled_shape(const conv_math::Geometry& g) { return {g.n, g.c, g.oh(), g.ow()}; }
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
-void trace(Context& ctx, Phase phase, const std::string& path, const char* op, const OpPrecision& q,
-           std::vector<TracedValue> in, const Tensor& out, const char* out_name) {
+void trace_pooling(Context& ctx, Phase phase, const std::string& path, const char* op, const OpPrecision& q,
+                   std::vector<TracedValue> in, const Tensor& out, const char* out_name) {
   if (ctx.tracing()) ctx.record({phase, path, op, std::move(in), q.compute, {traced(out_name, out)}});
 }
 
@@ -81,12 +75,12 @@ MaxPool2d::MaxPool2d(int kernel_size, int stride, int padding)
 Tensor MaxPool2d::forward_impl(const Tensor& x, Context& ctx) {
   const conv_math::Geometry g = pool_geometry(who(kind(), path()), x.shape(), win_);
   op_ = ctx.decide("max_pool2d", path(), {x.dtype()});
-  require_f32_compute(op_, "max_pool2d");
+  require_f32_pooling(op_, "max_pool2d");
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const std::vector<float> xw = widened(x_);
   const conv_math::MaxPool<float> r = conv_math::max_pool2d_forward<float>(xw.data(), g);
   Tensor y = Tensor::from_f32(r.y.data(), pooled_shape(g), op_.output);
-  trace(ctx, Phase::forward, path(), "max_pool2d", op_, {traced("x", x_)}, y, "y");
+  trace_pooling(ctx, Phase::forward, path(), "max_pool2d", op_, {traced("x", x_)}, y, "y");
   return y;
 }
 
@@ -102,7 +96,8 @@ Tensor MaxPool2d::backward_impl(const Tensor& dy, Context& ctx) {
   const ConstMatrixMap<float> d(dyw.data(), g.n, g.c * g.out_plane());
   const MatrixF dx = conv_math::max_pool2d_backward<float>(d, r.argmax, g);
   Tensor out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);
-  trace(ctx, Phase::backward, path(), "max_pool2d", op_, {traced("dy", dy), traced("x", x_)}, out, "dx");
+  trace_pooling(ctx, Phase::backward, path(), "max_pool2d", op_, {traced("dy", dy), traced("x", x_)}, out,
+                "dx");
   return out;
 }
 
@@ -114,13 +109,13 @@ AvgPool2d::AvgPool2d(int kernel_size, int stride, int padding)
 Tensor AvgPool2d::forward_impl(const Tensor& x, Context& ctx) {
   const conv_math::Geometry g = pool_geometry(who(kind(), path()), x.shape(), win_);
   op_ = ctx.decide("avg_pool2d", path(), {x.dtype()});
-  require_f32_compute(op_, "avg_pool2d");
+  require_f32_pooling(op_, "avg_pool2d");
   const Tensor xi = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   x_shape_ = x.shape();
   const std::vector<float> xw = widened(xi);
   const MatrixF y = conv_math::avg_pool2d_forward<float>(xw.data(), g);
   Tensor out = Tensor::from_f32(y.data(), pooled_shape(g), op_.output);
-  trace(ctx, Phase::forward, path(), "avg_pool2d", op_, {traced("x", xi)}, out, "y");
+  trace_pooling(ctx, Phase::forward, path(), "avg_pool2d", op_, {traced("x", xi)}, out, "y");
   return out;
 }
 
@@ -133,7 +128,7 @@ Tensor AvgPool2d::backward_impl(const Tensor& dy, Context& ctx) {
   const ConstMatrixMap<float> d(dyw.data(), g.n, g.c * g.out_plane());
   const MatrixF dx = conv_math::avg_pool2d_backward<float>(d, g);
   Tensor out = Tensor::from_f32(dx.data(), x_shape_, op_.input);
-  trace(ctx, Phase::backward, path(), "avg_pool2d", op_, {traced("dy", dy)}, out, "dx");
+  trace_pooling(ctx, Phase::backward, path(), "avg_pool2d", op_, {traced("dy", dy)}, out, "dx");
   return out;
 }
 

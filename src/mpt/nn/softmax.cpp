@@ -23,12 +23,6 @@ const char* reduction_name(Reduction r) {
 
 namespace {
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 // The policy's answer for `op`; only f32 compute exists for these ops.
 OpPrecision decide_f32(Context& ctx, const char* op, std::string_view path, DType input) {
   const OpPrecision q = ctx.decide(op, path, {input});

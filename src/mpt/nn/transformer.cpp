@@ -12,13 +12,7 @@ namespace mpt {
 
 namespace {
 
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
-void require_f32_compute(const OpPrecision& q, const std::string& path) {
+void require_f32_add(const OpPrecision& q, const std::string& path) {
   if (q.compute != DType::f32)
     throw std::invalid_argument("add at " + path + ": the policy asks for " +
                                 std::string(dtype_name(q.compute)) + " compute; the sum is computed in f32");
@@ -51,7 +45,7 @@ Tensor add_op(const Tensor& a, const Tensor& b, Context& ctx, const std::string&
     throw std::invalid_argument("add at " + path + ": a is " + shape_string(as) + " and b " +
                                 shape_string(bs) + "; b's shape must be a non-empty suffix of a's");
   const OpPrecision op = ctx.decide("add", path, {a.dtype(), b.dtype()});
-  require_f32_compute(op, path);
+  require_f32_add(op, path);
   const Tensor ac = ctx.cast(a, op.input, path, Phase::forward, "a");
   const Tensor bc = ctx.cast(b, op.input, path, Phase::forward, "b");
   std::vector<float> y = widened(ac);

@@ -33,7 +33,7 @@ namespace mpt::train {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+[[noreturn]] void bad_config(const std::string& what) { throw std::invalid_argument(what); }
 
 constexpr Eigen::Index kBatch = 64;         // mlp and cnn rows per step (Chapters 2 and 3)
 constexpr std::uint64_t kBatchSeed = 1234;  // Chapter 2's batch order seed
@@ -68,10 +68,10 @@ std::string canonical_scaler(const std::string& s) {
     char* end = nullptr;
     const float v = num.empty() ? 0.0f : std::strtof(num.c_str(), &end);
     if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(v) || !(v > 0.0f))
-      bad("scaler '" + s + "': the static scale must be a finite number > 0 (e.g. static:1024)");
+      bad_config("scaler '" + s + "': the static scale must be a finite number > 0 (e.g. static:1024)");
     return "static:" + shortest_decimal(v);
   }
-  bad("scaler '" + s + "' is not one of dynamic, static:S (S a finite number > 0), none");
+  bad_config("scaler '" + s + "' is not one of dynamic, static:S (S a finite number > 0), none");
 }
 
 float static_scale_of(const std::string& canonical) { return std::strtof(canonical.c_str() + 7, nullptr); }
@@ -86,35 +86,36 @@ std::string canonical_policy(const std::string& text) { return parse_policy_stri
 
 RunConfig resolve_config(RunConfig c) {
   if (c.model != "mlp" && c.model != "cnn" && c.model != "transformer")
-    bad("model '" + c.model + "' is not one of mlp, cnn, transformer");
+    bad_config("model '" + c.model + "' is not one of mlp, cnn, transformer");
   const std::string first_data = c.model == "mlp" ? "synthetic" : c.model == "cnn" ? "digits" : "text";
   if (c.data.empty()) c.data = first_data;
   const bool pair_ok =
       c.model == "mlp" ? (c.data == "synthetic" || c.data == "digits") : c.data == first_data;
   if (!pair_ok) {
     if (c.data != "synthetic" && c.data != "digits" && c.data != "text")
-      bad("data '" + c.data + "' is not one of synthetic, digits, text");
-    bad("model " + c.model + " does not train on data " + c.data +
-        "; the pairs are mlp with synthetic or digits, cnn with digits, transformer with text");
+      bad_config("data '" + c.data + "' is not one of synthetic, digits, text");
+    bad_config("model " + c.model + " does not train on data " + c.data +
+               "; the pairs are mlp with synthetic or digits, cnn with digits, transformer with text");
   }
   c.policy = canonical_policy(c.policy);
   c.scaler = canonical_scaler(c.scaler);
   if (c.optimizer.empty()) c.optimizer = c.model == "transformer" ? "adamw" : "sgd";
   if (c.optimizer != "sgd" && c.optimizer != "adamw")
-    bad("optimizer '" + c.optimizer + "' is not one of sgd, adamw");
+    bad_config("optimizer '" + c.optimizer + "' is not one of sgd, adamw");
   if (c.lr == 0) c.lr = c.optimizer == "sgd" ? 0.05 : 3e-3;
-  if (!std::isfinite(c.lr) || c.lr <= 0) bad("lr " + lr_text(c.lr) + " is not a finite number > 0");
+  if (!std::isfinite(c.lr) || c.lr <= 0) bad_config("lr " + lr_text(c.lr) + " is not a finite number > 0");
   if (!c.seed) c.seed = c.model == "mlp" ? 7 : c.model == "cnn" ? 3 : 1;
-  if (c.steps < 1) bad("steps " + std::to_string(c.steps) + " is not a whole number >= 1");
-  if (c.every < 0) bad("every " + std::to_string(c.every) + " is not a whole number >= 1 (or 0: never)");
+  if (c.steps < 1) bad_config("steps " + std::to_string(c.steps) + " is not a whole number >= 1");
+  if (c.every < 0)
+    bad_config("every " + std::to_string(c.every) + " is not a whole number >= 1 (or 0: never)");
   return c;
 }
 
 void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
   const auto differ = [](const char* field, const std::string& here, const std::string& there) {
-    bad("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " + field +
-        " " + here + "; run with the checkpoint's " + field +
-        ", or pick another checkpoint with --resume-from PATH");
+    bad_config("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " +
+               field + " " + here + "; run with the checkpoint's " + field +
+               ", or pick another checkpoint with --resume-from PATH");
   };
   if (wanted.model != saved.model) differ("model", wanted.model, saved.model);
   if (wanted.data != saved.data) differ("data", wanted.data, saved.data);
@@ -296,29 +297,29 @@ struct TrainRun::Impl {
     for (const TensorRecord& t : momentum_layout) want.push_back(&t);
     if (sgd && !has_momentum && !sgd->momentum_buffers().empty()) want.resize(want.size() - params.size());
     if (c.tensors.size() != want.size())
-      bad("the checkpoint holds " + std::to_string(c.tensors.size()) + " tensors, this " + config.model +
-          " run has " + std::to_string(want.size()));
+      bad_config("the checkpoint holds " + std::to_string(c.tensors.size()) + " tensors, this " +
+                 config.model + " run has " + std::to_string(want.size()));
     for (std::size_t i = 0; i < want.size(); ++i) {
       if (c.tensors[i].name != want[i]->name)
-        bad("checkpoint tensor " + std::to_string(i) + " is " + c.tensors[i].name + ", this run expects " +
-            want[i]->name);
+        bad_config("checkpoint tensor " + std::to_string(i) + " is " + c.tensors[i].name +
+                   ", this run expects " + want[i]->name);
       if (c.tensors[i].shape != want[i]->shape)
-        bad("checkpoint tensor " + c.tensors[i].name + " has shape " + shape_string(c.tensors[i].shape) +
-            ", this model's is " + shape_string(want[i]->shape));
+        bad_config("checkpoint tensor " + c.tensors[i].name + " has shape " +
+                   shape_string(c.tensors[i].shape) + ", this model's is " + shape_string(want[i]->shape));
     }
     if (c.counters.size() != mine.counters.size())
-      bad("the checkpoint holds " + std::to_string(c.counters.size()) + " counters, this run has " +
-          std::to_string(mine.counters.size()));
+      bad_config("the checkpoint holds " + std::to_string(c.counters.size()) + " counters, this run has " +
+                 std::to_string(mine.counters.size()));
     for (std::size_t i = 0; i < mine.counters.size(); ++i)
       if (c.counters[i].first != mine.counters[i].first)
-        bad("checkpoint counter " + std::to_string(i) + " is " + c.counters[i].first + ", this run expects " +
-            mine.counters[i].first);
+        bad_config("checkpoint counter " + std::to_string(i) + " is " + c.counters[i].first +
+                   ", this run expects " + mine.counters[i].first);
     if (c.rngs.size() != mine.rngs.size())
-      bad("the checkpoint holds " + std::to_string(c.rngs.size()) + " generator states, this run has " +
-          std::to_string(mine.rngs.size()));
+      bad_config("the checkpoint holds " + std::to_string(c.rngs.size()) +
+                 " generator states, this run has " + std::to_string(mine.rngs.size()));
     if (static_cast<std::int64_t>(c.history.size()) != c.step)
-      bad("the checkpoint's history has " + std::to_string(c.history.size()) + " records for step " +
-          std::to_string(c.step));
+      bad_config("the checkpoint's history has " + std::to_string(c.history.size()) + " records for step " +
+                 std::to_string(c.step));
 
     // Trial runs of every setter on copies, so nothing is assigned unless all pass.
     std::size_t k = 0;
@@ -357,15 +358,16 @@ struct TrainRun::Impl {
       if (scaler_trial.get_growth_interval() != GradScaler::Options{}.growth_interval ||
           scaler_trial.get_growth_factor() != GradScaler::Options{}.growth_factor ||
           scaler_trial.get_backoff_factor() != GradScaler::Options{}.backoff_factor)
-        bad("the checkpoint's GradScaler has other factors or interval than this run's (PyTorch's defaults)");
+        bad_config(
+            "the checkpoint's GradScaler has other factors or interval than this run's (PyTorch's defaults)");
     } else if (c.scaler_state != "{}") {
-      bad("the checkpoint has a dynamic scaler's state but this run's scaler is " + config.scaler);
+      bad_config("the checkpoint has a dynamic scaler's state but this run's scaler is " + config.scaler);
     }
     if (batches) {
       Batches trial(split->train, kBatch, kBatchSeed);
       trial.restore(c.data_epoch, static_cast<Eigen::Index>(c.data_position));
     } else if (c.data_epoch != 0 || c.data_position != 0) {
-      bad("the checkpoint has a batch position, but text runs draw windows from a generator");
+      bad_config("the checkpoint has a batch position, but text runs draw windows from a generator");
     }
     Rng rng_trial(0);
     for (const Rng::State& s : c.rngs) rng_trial.set_state(s);
