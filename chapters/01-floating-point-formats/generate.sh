@@ -35,10 +35,6 @@ source "$chapter_dir/../generate_common.sh"
 # reader would type, so the text shows how to reproduce it.
 generate_all() {
   local mpt="$build/src/cli/mpt" numbers="$build/chapters/ch01_numbers"
-  # The tour's progress lines carry timings, which differ run to run; they go
-  # to stderr, and stay out of the text.
-  tour_without_progress() { "$mpt" tour --chapter 1 2>/dev/null; }
-
   gen_run formats "mpt formats" "$mpt" formats
   gen_run layouts "ch01_numbers layouts" "$numbers" layouts
   gen_run derivation "ch01_numbers derivation" "$numbers" derivation
@@ -51,11 +47,7 @@ generate_all() {
     "mpt round --format fp16" "$mpt" round --format fp16
   gen_run fp8 "ch01_numbers fp8" "$numbers" fp8
   gen_run pitfalls "mpt pitfalls --chapter 1" "$mpt" pitfalls --chapter 1
-  local id
-  for id in fp16-overflow fp16-lost-update fp16-sum-stagnation fp16-gradient-underflow fp16-vs-bf16; do
-    gen_run "pitfall-$id" "mpt pitfall $id --measured-only" "$mpt" pitfall "$id" --measured-only
-  done
-  gen_run tour "mpt tour --chapter 1" tour_without_progress
+  gen_pitfalls_and_tour 1 fp16-overflow fp16-lost-update fp16-sum-stagnation fp16-gradient-underflow fp16-vs-bf16
   gen_run claims "ch01_numbers claims" "$numbers" claims
 }
 

@@ -48,24 +48,18 @@ generate_all() {
   local sim_args=(--growth-interval 4 --steps 20 --overflow-at 3,9,10)
   scaler_plot() { (cd "$dir" && "$mpt" scaler simulate "${sim_args[@]}" --plot generated/scaler-sawtooth.svg); }
   paper_figure() { (cd "$dir" && "$numbers" figure generated); }
-  # The tour's progress lines carry timings; they go to stderr, out of the text.
-  tour_without_progress() { "$mpt" tour --chapter 2 2>/dev/null; }
 
   gen_run chain-rule "ch02_numbers chain-rule" "$numbers" chain-rule
   gen_run scaler-simulate "mpt scaler simulate ${sim_args[*]} --plot generated/scaler-sawtooth.svg" scaler_plot
   gen_run memory "ch02_numbers memory" "$numbers" memory
   gen_run pitfalls "mpt pitfalls --chapter 2" "$mpt" pitfalls --chapter 2
-  local id
-  for id in "${pitfall_ids[@]}"; do
-    gen_run "pitfall-$id" "mpt pitfall $id --measured-only" "$mpt" pitfall "$id" --measured-only
-  done
+  gen_pitfalls_and_tour 2 "${pitfall_ids[@]}"
   gen_run grad-growth "ch02_numbers grad-growth" "$numbers" grad-growth
   gen_run static-scale "ch02_numbers static-scale" "$numbers" static-scale
   gen_run adam-eps "ch02_numbers adam-eps" "$numbers" adam-eps
   gen_run_with_input round-eps "1e-8 2.9802322e-8 3e-8 1e-7 1e-4" "mpt round --format fp16" \
     "$mpt" round --format fp16
   gen_run figure "ch02_numbers figure generated" paper_figure
-  gen_run tour "mpt tour --chapter 2" tour_without_progress
   gen_run claims "ch02_numbers claims" "$numbers" claims
 }
 

@@ -44,8 +44,6 @@ draw_diagrams() {
 # would type.
 generate_all() {
   local mpt="$build/src/cli/mpt" numbers="$build/chapters/ch03_numbers"
-  # The tour's progress lines carry timings; they go to stderr, out of the text.
-  tour_without_progress() { "$mpt" tour --chapter 3 2>/dev/null; }
 
   gen_run_with_input op-batch-norm "1 10 2 10 3 10 4 14" "mpt op batch_norm --shape 4x2" \
     "$mpt" op batch_norm --shape 4x2
@@ -57,11 +55,7 @@ generate_all() {
   gen_run cnn "ch03_numbers cnn" "$numbers" cnn
   if [[ ${#pitfall_ids[@]} -gt 0 ]]; then
     gen_run pitfalls "mpt pitfalls --chapter 3" "$mpt" pitfalls --chapter 3
-    local id
-    for id in "${pitfall_ids[@]}"; do
-      gen_run "pitfall-$id" "mpt pitfall $id --measured-only" "$mpt" pitfall "$id" --measured-only
-    done
-    gen_run tour "mpt tour --chapter 3" tour_without_progress
+    gen_pitfalls_and_tour 3 "${pitfall_ids[@]}"
   fi
   gen_run claims "ch03_numbers claims" "$numbers" claims
 }

@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/core/input_error.hpp"
@@ -190,7 +193,18 @@ int cmd_pitfall(const std::string& id, bool json, bool measured_only) {
   return v.reproduced() ? 0 : 1;
 }
 
-int cmd_tour(bool json, int chapter) {
+// --reports DIR: an existing, writable folder (checked before any pitfall runs).
+void check_reports_dir(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError("--reports " + mpt::cli::one_line(dir) +
+                     ": not an existing folder; give a folder to write each pitfall's report into");
+  if (access(dir.c_str(), W_OK) != 0)
+    throw UsageError("--reports " + mpt::cli::one_line(dir) + ": the folder is not writable");
+}
+
+int cmd_tour(bool json, int chapter, const std::string& reports) {
+  if (!reports.empty()) check_reports_dir(reports);
   const std::vector<const mpt::Pitfall*> all = pitfalls_of_chapter(chapter);
   std::vector<mpt::Verdict> verdicts;
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -205,6 +219,12 @@ int cmd_tour(bool json, int chapter) {
   }
   bool all_ok = true;
   for (const auto& v : verdicts) all_ok = all_ok && v.reproduced();
+  // Each report is what `mpt pitfall ID --measured-only` prints for the same
+  // (deterministic) runs: the chapters' generate.sh shows them without a
+  // second run of every pitfall.
+  for (const auto& v : verdicts)
+    if (!reports.empty())
+      mpt::cli::write_atomically(reports + "/" + v.pitfall->id + ".txt", verdict_text(v, true));
   if (json) {
     Json list = Json::array();
     for (const auto& v : verdicts) list.push_back(verdict_json(v));
@@ -267,6 +287,7 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   struct TourArgs {
     int chapter = 0;
     bool json = false;
+    std::string reports;
   };
   auto t = std::make_shared<TourArgs>();
   auto* tour = app.add_subcommand(
@@ -277,10 +298,14 @@ void add_pitfall_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   tour->add_flag("--json", t->json,
                  "machine-readable output: {\"pitfalls\": [...], \"all_reproduced\": bool}; NaN/inf "
                  "outcome values are written as null");
-  handlers.on(tour, [t] { return cmd_tour(t->json, t->chapter); });
+  tour->add_option("--reports", t->reports,
+                   "also write each pitfall's report, as 'mpt pitfall ID --measured-only' prints it, to "
+                   "DIR/ID.txt (DIR must exist)")
+      ->check(mpt::cli::non_empty("a folder"));
+  handlers.on(tour, [t] { return cmd_tour(t->json, t->chapter, t->reports); });
 }
 
 // Chapter 1, second family: after the number tools in `mpt --help`.
-const mpt::cli::Registration registered{{1, 2}, "pitfall", add_pitfall_commands};
+const mpt::cli::Registration pitfall_registered{{1, 2}, "pitfall", add_pitfall_commands};
 
 }  // namespace

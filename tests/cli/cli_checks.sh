@@ -223,10 +223,15 @@ $(diff "$WORK/expected" "$OUT" | head -n 20)"
   ;;
 
 tour_json)
+  # Chapter 1's pitfalls only: the JSON form and the exit status are what is
+  # checked here; that every pitfall reproduces is the pitfall suites' job
+  # (test_chNN_pitfalls), and the whole tour runs in the chapters' docs
+  # checks (generate.sh --check).
   need_python
-  run "" tour --json
+  run "" tour --chapter 1 --json
   [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] || fail "exit status must be 0 or 1"
-  n=$(pitfall_ids | wc -l)
+  n=$("$MPT" pitfalls --chapter 1 | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }' | wc -l)
+  [ "$n" -ge 2 ] || fail "chapter 1 lists $n pitfalls; the check needs at least 2"
   progress=$(grep -c '^\[[0-9]*/[0-9]*\] ' "$ERR")
   [ "$progress" -eq "$n" ] || fail "expected $n progress lines on stderr, found $progress"
   python3 - "$OUT" "$RC" "$n" <<'PY' || fail "JSON check failed"
@@ -241,6 +246,24 @@ for p in d["pitfalls"]:
     for k in ("id", "chapter", "title", "mechanism", "broken", "fixed", "symptom", "cure", "reproduced"):
         assert k in p, "missing key " + k
 PY
+  ;;
+
+tour_reports_match_pitfall)
+  # mpt tour --reports DIR writes, per pitfall, what `mpt pitfall ID
+  # --measured-only` prints (the chapters' generate.sh shows these files
+  # under that command): byte for byte, for every pitfall of chapter 1.
+  mkdir "$WORK/reports"
+  run "" tour --chapter 1 --reports "$WORK/reports"
+  expect_rc 0
+  ids=$("$MPT" pitfalls --chapter 1 | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }')
+  [ -n "$ids" ] || fail "no chapter 1 pitfalls listed"
+  for id in $ids; do
+    [ -f "$WORK/reports/$id.txt" ] || fail "no report $id.txt"
+    "$MPT" pitfall "$id" --measured-only >"$WORK/one.txt" 2>/dev/null
+    cmp -s "$WORK/one.txt" "$WORK/reports/$id.txt" ||
+      fail "reports/$id.txt differs from 'mpt pitfall $id --measured-only': $(diff "$WORK/one.txt" "$WORK/reports/$id.txt" | head -5)"
+  done
+  [ "$(find "$WORK/reports" -type f | wc -l)" -eq "$(echo "$ids" | wc -l)" ] || fail "extra files in the reports folder"
   ;;
 
 range_report_and_svg)
