@@ -8,6 +8,7 @@
 // program once per section and splices the output into the text. Usage:
 //   ch04_numbers claims|fused|lm-seeds
 //   ch04_numbers lm DIR      (also writes DIR/lm-curves.svg)
+//   ch04_numbers lm-seeds --check FILE --seed K   (the docs test's short form)
 // lm and lm-seeds read the licence texts of /usr/share/common-licenses
 // (Debian's base-files); lm trains the tiny Transformer in four precisions,
 // lm-seeds does that for five seeds.
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -215,16 +217,98 @@ int lm(const std::string& dir) {
 
 int lm_seeds() {
   const ch04::LmSeedSweep sweep = ch04::lm_seed_sweep(load_common_licenses());
-  std::printf("final validation loss after %d steps, every precision, seeds 1 to %zu\n", sweep.steps,
-              sweep.final_loss.front().size());
+  std::fputs(ch04::lm_seed_title(sweep.steps, sweep.final_loss.front().size()).c_str(), stdout);
   std::fputs(sweep.table.c_str(), stdout);
+  return 0;
+}
+
+// lm-seeds --check FILE --seed K: the short form of the sweep that the docs
+// test runs (20 runs take minutes; this is 4). FILE is the committed output
+// of `ch04_numbers lm-seeds`. It reruns seed K alone and requires its losses
+// to be FILE's seed-K column, digit for digit, and it requires FILE's
+// title, names and summary columns to be what the code writes for FILE's own
+// seed columns (the summaries are computed from the shown losses). A change
+// of the training code changes every seed's losses, so it fails here; what
+// this cannot see is a change that moves only the other seeds' runs.
+int lm_seeds_check(const std::string& path, int seed) {
+  const auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "ch04_numbers lm-seeds --check: %s: %s\n", path.c_str(), why.c_str());
+    return 1;
+  };
+  std::ifstream in(path);
+  if (!in) return fail("cannot read it");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (lines.size() < 3 || lines[0] != "$ ch04_numbers lm-seeds")
+    return fail("not the output of ch04_numbers lm-seeds (its first line is the command)");
+  // The rows: a name in 44 columns, then the seed columns.
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> final_loss;
+  std::vector<std::vector<std::string>> shown;
+  std::size_t seeds = 0;
+  for (std::size_t i = 3; i < lines.size(); ++i) {
+    const std::string& row = lines[i];
+    if (row.size() < 44) return fail("row " + std::to_string(i + 1) + " is too short: " + row);
+    std::string name = row.substr(0, 44);
+    name.erase(name.find_last_not_of(' ') + 1);
+    names.push_back(name);
+    std::vector<std::string> tokens;
+    std::size_t p = 44;
+    while (true) {
+      p = row.find_first_not_of(' ', p);
+      if (p == std::string::npos) break;
+      const std::size_t e = row.find(' ', p);
+      tokens.push_back(row.substr(p, e == std::string::npos ? std::string::npos : e - p));
+      p = e;
+    }
+    if (seeds == 0) seeds = tokens.size() - 2;  // the FP32 row: the seeds, the mean, the range
+    if (tokens.size() < seeds) return fail("row " + std::to_string(i + 1) + " has too few columns: " + row);
+    tokens.resize(seeds);
+    shown.push_back(tokens);
+    std::vector<double> values;
+    for (const std::string& t : tokens) values.push_back(std::strtod(t.c_str(), nullptr));
+    final_loss.push_back(values);
+  }
+  if (seeds != static_cast<std::size_t>(ch04::kLmSeeds))
+    return fail("it has " + std::to_string(seeds) + " seed columns; the code sweeps " +
+                std::to_string(ch04::kLmSeeds) +
+                " seeds (rerun chapters/04-softmax-attention/generate.sh BUILD_DIR)");
+  if (seed < 1 || static_cast<std::size_t>(seed) > seeds)
+    return fail("--seed " + std::to_string(seed) + " is not one of its seeds 1 to " + std::to_string(seeds));
+  // Seed K again, from the code.
+  std::vector<std::string> fresh_names;
+  const std::vector<double> fresh = ch04::lm_seed_finals(
+      load_common_licenses(), static_cast<std::uint64_t>(seed), ch04::kLmSeedSteps, &fresh_names);
+  if (fresh_names != names) return fail("its precisions are not the ones lm_precisions() lists now");
+  for (std::size_t p = 0; p < fresh.size(); ++p) {
+    const std::string now = ch04::lm_loss_text(fresh[p]), then = shown[p][static_cast<std::size_t>(seed) - 1];
+    if (now != then)
+      return fail("seed " + std::to_string(seed) + ", " + names[p] + ": the code gives " + now +
+                  ", the file says " + then +
+                  " (rerun chapters/04-softmax-attention/generate.sh BUILD_DIR and commit)");
+  }
+  // The rest of the file, written again from its own seed columns.
+  std::string want = lines[0] + "\n" + ch04::lm_seed_title(ch04::kLmSeedSteps, seeds) +
+                     ch04::lm_seed_table(names, final_loss);
+  std::string have;
+  for (const std::string& line : lines) have += line + "\n";
+  if (want != have)
+    return fail(
+        "its title, header or summary columns are not what the code writes for its seed columns "
+        "(rerun chapters/04-softmax-attention/generate.sh BUILD_DIR and commit)");
+  std::fprintf(
+      stderr,
+      "ch04_numbers lm-seeds --check: seed %d rerun (%zu runs) matches %s; its summary columns follow "
+      "from its seed columns\n",
+      seed, fresh.size(), path.c_str());
   return 0;
 }
 
 int usage() {
   std::fprintf(
       stderr,
-      "usage: ch04_numbers claims|fused|lm-seeds, or ch04_numbers lm DIR (writes DIR/lm-curves.svg)\n");
+      "usage: ch04_numbers claims|fused|lm-seeds, ch04_numbers lm DIR (writes DIR/lm-curves.svg), or "
+      "ch04_numbers lm-seeds --check FILE --seed K\n");
   return 2;
 }
 
@@ -234,6 +318,13 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string what = argv[1];
   if (what == "lm" && argc == 3) return lm(argv[2]);
+  if (what == "lm-seeds" && argc == 6 && std::string(argv[2]) == "--check" &&
+      std::string(argv[4]) == "--seed") {
+    char* end = nullptr;
+    const long seed = std::strtol(argv[5], &end, 10);
+    if (*argv[5] == '\0' || *end != '\0' || seed < 1 || seed > 1000) return usage();
+    return lm_seeds_check(argv[3], static_cast<int>(seed));
+  }
   if (argc != 2) return usage();
   if (what == "claims") return claims();
   if (what == "fused") return fused();

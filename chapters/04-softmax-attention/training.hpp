@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
@@ -360,45 +361,66 @@ struct LmSeedSweep {
   int steps = 0;                                ///< steps of every run
   std::vector<std::string> names;               ///< the precisions' run names
   std::vector<std::vector<double>> final_loss;  ///< [precision][seed − 1]
-  std::string table;                            ///< one row per precision (see lm_seed_sweep)
+  std::string table;                            ///< one row per precision (see lm_seed_table)
 };
 
-/// Train every precision of lm_precisions() for `steps` steps with seeds 1
-/// to `seeds`, and tabulate the final validation losses: per precision, the
-/// loss at each seed, the mean and the range (max − min) over the seeds, and
-/// for a low-precision run at how many seeds it ended above FP32 and its
-/// largest |difference| from FP32 at the same seed — to hold against FP32's
-/// own range over the seeds.
-inline LmSeedSweep lm_seed_sweep(const TextCorpus& corpus, int seeds = 5, int steps = 200) {
-  LmSeedSweep out;
-  out.steps = steps;
-  const std::vector<LmPrecision> precisions = lm_precisions();
-  out.final_loss.assign(precisions.size(), {});
-  for (int seed = 1; seed <= seeds; ++seed) {
-    LmConfig config;
-    config.steps = steps;
-    config.seed = static_cast<std::uint64_t>(seed);
-    for (std::size_t p = 0; p < precisions.size(); ++p) {
-      const LmRun run = train_lm(corpus, config, precisions[p].policy, precisions[p].mode);
-      if (seed == 1) out.names.push_back(run.name);
-      out.final_loss[p].push_back(run.final_valid());
-    }
+/// One seed of the sweep: every precision of lm_precisions() trained for
+/// `steps` steps from `seed`; the final validation losses, in that order
+/// (and the run names into `names`, when given).
+inline std::vector<double> lm_seed_finals(const TextCorpus& corpus, std::uint64_t seed, int steps,
+                                          std::vector<std::string>* names = nullptr) {
+  LmConfig config;
+  config.steps = steps;
+  config.seed = seed;
+  std::vector<double> out;
+  for (const LmPrecision& p : lm_precisions()) {
+    const LmRun run = train_lm(corpus, config, p.policy, p.mode);
+    if (names) names->push_back(run.name);
+    out.push_back(run.final_valid());
   }
-  // One row per precision: its final loss at each seed, the mean and the
-  // range over the seeds; a low-precision row also says at how many seeds it
-  // ended above FP32 and its largest |difference| from FP32 at the same seed.
+  return out;
+}
+
+/// A loss as the table shows it (4 decimals).
+inline std::string lm_loss_text(double loss) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+/// The number the table shows for `loss`, back as a double: the table's
+/// summary columns are computed from what it shows, so that they can be
+/// rechecked from the printed seed columns alone.
+inline double lm_shown(double loss) { return std::strtod(lm_loss_text(loss).c_str(), nullptr); }
+
+/// The title line of the sweep's table.
+inline std::string lm_seed_title(int steps, std::size_t seeds) {
+  return "final validation loss after " + std::to_string(steps) + " steps, every precision, seeds 1 to " +
+         std::to_string(seeds) + "\n";
+}
+
+/// The table of a sweep: per precision, the loss at each seed, the mean and
+/// the range (max − min) over the seeds, and for a low-precision run at how
+/// many seeds it ended above FP32 and its largest |difference| from FP32 at
+/// the same seed — to hold against FP32's own range over the seeds. Every
+/// summary is computed from the losses as shown (lm_shown).
+inline std::string lm_seed_table(const std::vector<std::string>& names,
+                                 const std::vector<std::vector<double>>& final_loss) {
+  std::string table;
   char line[200];
   const auto cell = [&](const char* fmt, auto v) {
     std::snprintf(line, sizeof line, fmt, v);
-    out.table += line;
+    table += line;
   };
-  const std::vector<double>& fp32 = out.final_loss.front();
+  const std::size_t seeds = final_loss.front().size();
+  std::vector<double> fp32;
+  for (double v : final_loss.front()) fp32.push_back(lm_shown(v));
   cell("%-44s", "precision");
-  for (int k = 1; k <= seeds; ++k) cell("  seed %d", k);
-  out.table += "    mean   range  above fp32  largest |run - fp32|\n";
-  for (std::size_t p = 0; p < out.final_loss.size(); ++p) {
-    const std::vector<double>& f = out.final_loss[p];
-    cell("%-44s", out.names[p].c_str());
+  for (std::size_t k = 1; k <= seeds; ++k) cell("  seed %zu", k);
+  table += "    mean   range  above fp32  largest |run - fp32|\n";
+  for (std::size_t p = 0; p < final_loss.size(); ++p) {
+    std::vector<double> f;
+    for (double v : final_loss[p]) f.push_back(lm_shown(v));
+    cell("%-44s", names[p].c_str());
     double sum = 0, worst = 0;
     int above = 0;
     for (std::size_t k = 0; k < f.size(); ++k) {
@@ -410,13 +432,33 @@ inline LmSeedSweep lm_seed_sweep(const TextCorpus& corpus, int seeds = 5, int st
     cell("  %6.4f", sum / static_cast<double>(f.size()));
     cell("  %6.4f", *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end()));
     if (p == 0) {
-      out.table += "\n";
+      table += "\n";
       continue;
     }
     const std::string count = std::to_string(above) + " of " + std::to_string(seeds);
     cell("  %10s", count.c_str());
     cell("  %20.4f\n", worst);
   }
+  return table;
+}
+
+/// The chapter's sweep: this many seeds ...
+inline constexpr int kLmSeeds = 5;
+/// ... of this many steps a run.
+inline constexpr int kLmSeedSteps = 200;
+
+/// Train every precision of lm_precisions() for `steps` steps with seeds 1
+/// to `seeds`, and tabulate the final validation losses (lm_seed_table).
+inline LmSeedSweep lm_seed_sweep(const TextCorpus& corpus, int seeds = kLmSeeds, int steps = kLmSeedSteps) {
+  LmSeedSweep out;
+  out.steps = steps;
+  out.final_loss.assign(lm_precisions().size(), {});
+  for (int seed = 1; seed <= seeds; ++seed) {
+    const std::vector<double> f =
+        lm_seed_finals(corpus, static_cast<std::uint64_t>(seed), steps, seed == 1 ? &out.names : nullptr);
+    for (std::size_t p = 0; p < f.size(); ++p) out.final_loss[p].push_back(f[p]);
+  }
+  out.table = lm_seed_table(out.names, out.final_loss);
   return out;
 }
 
