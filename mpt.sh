@@ -40,6 +40,21 @@ if [[ $what == harden ]]; then
   packages+=(doctest-dev python3 clang libclang-rt-14-dev llvm)
 fi
 
+# Each stage's wall time goes to BUILD_DIR/stage-times.tsv (tools/ci_times.sh
+# prints it beside the slowest compiles and tests).
+mkdir -p "$BUILD_DIR"
+stage_log="$BUILD_DIR/stage-times.tsv"
+: >"$stage_log"
+stage() {
+  local name=$1 start=${EPOCHREALTIME/./} rc=0
+  shift
+  "$@" || rc=$?
+  local us=$((${EPOCHREALTIME/./} - start))
+  printf '%s %s\t%d.%02d\n' "$what" "$name" $((us / 1000000)) $((us % 1000000 / 10000)) >>"$stage_log"
+  return $rc
+}
+
+install_missing() {
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -51,6 +66,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+}
+stage "Debian packages" install_missing
 
 if [[ $what == harden ]]; then
   # The preset holds the configuration (CMakePresets.json, "asan"); the
@@ -58,42 +75,63 @@ if [[ $what == harden ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
   # shellcheck disable=SC2086
-  cmake --preset asan -B "$BUILD_DIR" ${MPT_CMAKE_ARGS:-}
-  cmake --build "$BUILD_DIR" --target fetch-data
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  stage configure cmake --preset asan -B "$BUILD_DIR" -DMPT_BUILD_TIMES=ON ${MPT_CMAKE_ARGS:-}
+  stage "fetch data" cmake --build "$BUILD_DIR" --target fetch-data
+  # Only what the suite below runs: the preset leaves out the benchmarks, the
+  # docs, the notebooks, the exercises' graders and the chapters' numbers
+  # programs, and builds without unity files (a missing #include shows).
+  stage build cmake --build "$BUILD_DIR" -j "$JOBS"
   # The asan test preset's filter (ctest 3.25 reads a preset's tests from its
   # own binaryDir, whatever --test-dir says): the CPU and CLI suites.
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -L 'cpu|cli' \
+  stage tests ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -L 'cpu|cli' \
     -LE 'slow|bench|lint|docs|notebook|exercise'
   # Each fuzzer starts from the committed corpus and writes what it finds
-  # (new inputs, a crash) into a scratch folder, never into the corpus.
+  # (new inputs, a crash) into a scratch folder, never into the corpus; JOBS
+  # of them at a time, each on one core.
   seconds=${FUZZ_SECONDS:-30}
-  while IFS=$'\t' read -r name program corpus; do
+  fuzz_one() {
+    local name=$1 program=$2 corpus=$3 scratch
     scratch=$(mktemp -d)
     mkdir "$scratch/new"
     echo "mpt.sh: fuzzing $name for ${seconds}s (from $corpus)" >&2
     if ! "$program" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-         -artifact_prefix="$scratch/" "$scratch/new" "$corpus" < /dev/null; then
+         -artifact_prefix="$scratch/" "$scratch/new" "$corpus" < /dev/null >"$scratch/log" 2>&1; then
+      cat "$scratch/log" >&2
       echo "mpt.sh: fuzz target $name failed; the input is in $scratch (fix the bug, then add the input" \
            "to $corpus under a name that says what it was)" >&2
-      exit 1
+      return 1
     fi
+    grep -E '^stat::number_of_executed_units|^Done ' "$scratch/log" | sed "s/^/mpt.sh: $name: /" >&2
     rm -rf "$scratch"
-  done < "$BUILD_DIR/tests/fuzz/fuzz_targets.txt"
+  }
+  fuzz_all() {
+    local pids=() failed=0 name program corpus pid
+    while IFS=$'\t' read -r name program corpus; do
+      fuzz_one "$name" "$program" "$corpus" &
+      pids+=($!)
+      if ((${#pids[@]} >= JOBS)); then
+        wait "${pids[0]}" || failed=1
+        pids=("${pids[@]:1}")
+      fi
+    done < "$BUILD_DIR/tests/fuzz/fuzz_targets.txt"
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+    return $failed
+  }
+  stage fuzzing fuzz_all
   exit 0
 fi
 
 tests=ON
 [[ $what == test ]] || tests=OFF
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMPT_TESTS=$tests -DMPT_BENCHMARKS=$tests \
-  -DMPT_DOCS=$tests -DMPT_NOTEBOOKS=$tests ${MPT_CMAKE_ARGS:-}
+stage configure cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMPT_TESTS=$tests -DMPT_BENCHMARKS=$tests \
+  -DMPT_DOCS=$tests -DMPT_NOTEBOOKS=$tests -DMPT_BUILD_TIMES=ON ${MPT_CMAKE_ARGS:-}
 # The real data sets come out of Debian packages once (nothing at run time).
-cmake --build "$BUILD_DIR" --target fetch-data
+stage "fetch data" cmake --build "$BUILD_DIR" --target fetch-data
 if [[ $what == tour ]]; then
-  cmake --build "$BUILD_DIR" -j "$JOBS" --target mpt_cli
-  exec "$BUILD_DIR/src/cli/mpt" tour
+  stage build cmake --build "$BUILD_DIR" -j "$JOBS" --target mpt_cli
+  stage tour "$BUILD_DIR/src/cli/mpt" tour
 else
-  cmake --build "$BUILD_DIR" -j "$JOBS"
-  exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+  stage build cmake --build "$BUILD_DIR" -j "$JOBS"
+  stage tests ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 fi

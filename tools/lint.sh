@@ -2,8 +2,8 @@
 # All chapters — the lint check (CTest `lint`): every C++/CUDA source is laid
 # out as .clang-format says, and every C++ translation unit of a build passes
 # .clang-tidy's checks.
-# Depends on: bash, git, clang-format, clang-tidy, python3 (to read the
-# build's compile_commands.json), xargs.
+# Depends on: bash, git, clang-format, clang-tidy, python3 (tools/lint_tidy.py
+# reads the build's compile_commands.json), xargs.
 #
 #   tools/lint.sh BUILD_DIR       check (exit 1 with the first findings on failure)
 #   tools/lint.sh --fix           reformat every source in place (no build needed)
@@ -41,26 +41,12 @@ echo "lint: $(sources | wc -l) files laid out as .clang-format says"
 [[ $mode == format ]] && exit 0
 
 # 2. Static checks: clang-tidy on the C++ translation units the build
-#    compiles (CUDA files are left out: clang-tidy does not read nvcc's dialect).
+#    compiles (CUDA files are left out: clang-tidy does not read nvcc's
+#    dialect), checked in groups of units that share their flags, and the
+#    unused using-declarations clang-tidy cannot see in a group
+#    (tools/lint_tidy.py says why and how; its --self-test proves it).
 need clang-tidy
+need python3
 db="$build/compile_commands.json"
 [[ -f $db ]] || { echo "lint: $db is missing; configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON" >&2; exit 2; }
-root=$(pwd)
-python3 - "$db" "$root" >"${TMPDIR:-/tmp}/lint-units.$$" <<'PY'
-import json, sys
-db, root = sys.argv[1], sys.argv[2].rstrip("/") + "/"
-units = sorted({e["file"] for e in json.load(open(db))
-                if e["file"].endswith(".cpp") and e["file"].startswith(root) and "/build" not in e["file"][len(root):]})
-print("\n".join(units))
-PY
-count=$(wc -l <"${TMPDIR:-/tmp}/lint-units.$$")
-jobs=${LINT_JOBS:-$(nproc)}
-if ! xargs -P "$jobs" -n 1 clang-tidy -p "$build" --quiet <"${TMPDIR:-/tmp}/lint-units.$$" \
-       >"${TMPDIR:-/tmp}/lint-tidy.$$" 2>/dev/null; then
-  echo "lint: clang-tidy found problems (.clang-tidy's checks are errors):"
-  grep -E '(warning|error):' "${TMPDIR:-/tmp}/lint-tidy.$$" | sort -u | head -40
-  rm -f "${TMPDIR:-/tmp}/lint-units.$$" "${TMPDIR:-/tmp}/lint-tidy.$$"
-  exit 1
-fi
-rm -f "${TMPDIR:-/tmp}/lint-units.$$" "${TMPDIR:-/tmp}/lint-tidy.$$"
-echo "lint: $count translation units pass .clang-tidy"
+exec python3 tools/lint_tidy.py "$build" --jobs "${LINT_JOBS:-$(nproc)}"

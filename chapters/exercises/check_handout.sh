@@ -3,17 +3,19 @@
 # end to end. Depends on: tools/make_handout.sh, the chapter's
 # exercises/handout.manifest, a built mpt tree, cmake, doctest,
 # check_grader.cmake beside this file.
-#   Usage: check_handout.sh CHAPTER SOURCE_DIR BUILD_DIR WORK_DIR [cmake -D...]
+#   Usage: check_handout.sh CHAPTER SOURCE_DIR PREFIX WORK_DIR [cmake -D...]
+# PREFIX is an installed mpt (the CTest fixture mpt_installed installs the
+# build there once, for every handout check and the consumer check).
 
 # Makes the handout, checks that it holds every file of the manifest and no
-# solution code, installs mpt into a scratch prefix, builds the handout
-# against it (find_package(mpt)), and grades the stubs (0 points) and the
-# solution (full marks) there.
+# solution code, builds the handout against the installed mpt
+# (find_package(mpt)), and grades the stubs (0 points) and the solution (full
+# marks) there.
 set -euo pipefail
-[[ $# -ge 4 ]] || { echo "usage: check_handout.sh CHAPTER SOURCE_DIR BUILD_DIR WORK_DIR [cmake -D...]" >&2; exit 2; }
+[[ $# -ge 4 ]] || { echo "usage: check_handout.sh CHAPTER SOURCE_DIR PREFIX WORK_DIR [cmake -D...]" >&2; exit 2; }
 nn=$(printf '%02d' "$((10#$1))")
 src=$2
-build=$3
+prefix=$3
 work=$4
 configure_args=("${@:5}")  # the compiler and flags the library was built with
 kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -78,14 +80,13 @@ done < <(cat "$ex"/solution/*)
 [[ $checked -ge 20 ]] || fail "only $checked solution lines to look for; the check is too weak"
 echo "looked for $checked solution lines: none found"
 
-echo "--- install mpt into a scratch prefix"
-cmake --install "$build" --prefix "$work/prefix" >/dev/null
-
-echo "--- build the handout against it"
-cmake -S "$handout" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" "${configure_args[@]}" >/dev/null
+echo "--- build the handout against the installed mpt ($prefix)"
+[[ -n $(find "$prefix" -name mptConfig.cmake 2>/dev/null) ]] ||
+  fail "no installed mpt in $prefix (the test install_scratch_prefix puts it there)"
+cmake -S "$handout" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" "${configure_args[@]}" >/dev/null
 cmake --build "$work/build" -j 2
-grep -q "mpt_DIR:PATH=$work/prefix" "$work/build/CMakeCache.txt" ||
-  fail "the handout did not find the scratch-installed mpt"
+grep -q "mpt_DIR:PATH=$prefix" "$work/build/CMakeCache.txt" ||
+  fail "the handout did not find the installed mpt in $prefix"
 
 echo "--- the stubs score zero"
 cmake -DGRADER="$work/build/grader_ch$nn" -DEXPECT=none -DNOT_IMPLEMENTED=ON -P "$kit/check_grader.cmake"

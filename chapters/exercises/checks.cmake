@@ -88,13 +88,14 @@ function(mpt_exercise_checks NN)
     PASS_REGULAR_EXPRESSION "unknown exercise '9\\.9'; valid: ${valid_re}\n")
 
   # The handout: made by the tool, free of solution code, and building on its
-  # own against an installed mpt (cmake --install into a scratch prefix). The
-  # same compiler and flags as this build, so that e.g. a sanitizer build of
-  # the library still links.
+  # own against an installed mpt (the tests' one install, fixture
+  # mpt_installed). The same compiler and flags as this build, so that e.g. a
+  # sanitizer build of the library still links.
   add_test(NAME exercise_${ch}_handout
     COMMAND bash ${kit}/check_handout.sh ${NN}
-            ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/handout-check
+            ${PROJECT_SOURCE_DIR} ${MPT_SCRATCH_PREFIX} ${CMAKE_CURRENT_BINARY_DIR}/handout-check
             -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}"
             -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE})
-  set_tests_properties(exercise_${ch}_handout PROPERTIES LABELS "${labels};install" TIMEOUT 600)
+  set_tests_properties(exercise_${ch}_handout PROPERTIES LABELS "${labels};install" TIMEOUT 600
+    FIXTURES_REQUIRED mpt_installed)
 endfunction()

@@ -8,6 +8,8 @@
     run_notebooks.py --check  --lib BUILD/notebooks/libmpt.so --work-dir BUILD/notebooks
     run_notebooks.py --update --lib ... --work-dir ...   (store the new outputs)
     run_notebooks.py --lab    --lib ... --work-dir ...   (JupyterLab with this kernel)
+    run_notebooks.py --setup  --lib ... --work-dir ...   (the virtualenv and kernel only)
+    run_notebooks.py --check  ... notebooks/02-loss-scaling.ipynb   (one notebook; CTest runs each alone)
 
 Set-up (stdlib only, any Python 3.11): a virtualenv in WORK_DIR/venv with the
 pinned requirements, reused while requirements.txt and the Python version are
@@ -345,12 +347,30 @@ def stage(work_dir, lib):
     return nb_dir
 
 
+def run_dir(args):
+    """This run's own folder under WORK_DIR (Jupyter's files, the capture, the
+    staged tree): runs of different notebooks (one CTest each, in parallel)
+    share the virtualenv and nothing else."""
+    if len(args.notebooks) == 1:
+        name = os.path.splitext(os.path.basename(args.notebooks[0]))[0]
+    else:
+        name = "all"
+    return os.path.join(args.work_dir, "runs", name)
+
+
 def in_venv(args):
     import nbformat
 
     venv = sys.prefix
-    os.environ.update(jupyter_environment(venv, args.work_dir))
-    install_kernelspec(venv)
+    here = run_dir(args)
+    os.environ.update(jupyter_environment(venv, here))
+    # The kernelspec lives in the shared virtualenv: one writer at a time.
+    with open(os.path.join(args.work_dir, "venv.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        install_kernelspec(venv)
+    if args.mode == "setup":
+        say(f"set-up: kernel '{KERNEL_NAME}' registered in {venv}")
+        return 0
     if args.mode == "lab":
         return lab(args, venv)
 
@@ -358,7 +378,7 @@ def in_venv(args):
         os.path.join(NOTEBOOK_DIR, n) for n in os.listdir(NOTEBOOK_DIR) if n.endswith(".ipynb"))
     if not notebooks:
         fail(f"no notebooks in {NOTEBOOK_DIR}")
-    cwd = stage(args.work_dir, args.lib)
+    cwd = stage(here, args.lib)
     failures = 0
     t0 = time.monotonic()
     for path in notebooks:
@@ -437,6 +457,8 @@ def main():
                       help="execute and compare with the committed outputs")
     mode.add_argument("--update", dest="mode", action="store_const", const="update",
                       help="execute and store the new outputs in the notebooks")
+    mode.add_argument("--setup", dest="mode", action="store_const", const="setup",
+                      help="only create the virtualenv and register the kernel (the CTest fixture)")
     mode.add_argument("--lab", dest="mode", action="store_const", const="lab",
                       help="start JupyterLab on notebooks/ with the project's xcpp17 kernel")
     p.add_argument("--lib", required=True, help="the notebook library (BUILD/notebooks/libmpt.so)")
