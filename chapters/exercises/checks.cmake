@@ -63,6 +63,8 @@ function(mpt_exercise_checks NN)
 
   # --- the grader, checked both ways -----------------------------------------
   set(labels "${ch};exercise")
+  # A grader run takes under a second; 300 s. A handout check builds the
+  # handout twice (about 25 s here); 600 s.
   function(_mpt_exercise_check NAME GRADER EXPECT)
     add_test(NAME ${NAME}
       COMMAND ${CMAKE_COMMAND} -DGRADER=$<TARGET_FILE:${GRADER}> -DEXPECT=${EXPECT} ${ARGN}
