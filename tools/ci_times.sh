@@ -7,7 +7,7 @@
 #
 #   tools/ci_times.sh BUILD_DIR [N]    the N slowest of each (default 15)
 #
-# A test over 300 s is marked: the budget (README, "Tests and CI") is at most
+# A test over 300 s is marked: the budget (README, "CI and its budget") is at most
 # 5 minutes a test.
 set -euo pipefail
 [[ $# -ge 1 && $# -le 2 ]] || { echo "usage: tools/ci_times.sh BUILD_DIR [N]" >&2; exit 2; }
