@@ -29,9 +29,10 @@ packages=(cmake g++ make libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-de
 if [[ $what == test ]]; then
   # tests, benchmarks, the docs site (Doxygen, Graphviz), the notebooks'
   # kernel (a virtualenv in the build tree; pip builds CPyCppyy against Python.h),
-  # the lint test (clang-format, clang-tidy), mpt train --plot's gnuplot
+  # the lint test (clang-format, clang-tidy), mpt train --plot's gnuplot,
+  # OpenMPI for Chapter 5's ranks (the MPI backend, the tests under mpiexec)
   packages+=(doctest-dev libbenchmark-dev python3 python3-venv python3-dev doxygen graphviz
-             clang-format clang-tidy gnuplot-nox)
+             clang-format clang-tidy gnuplot-nox openmpi-bin libopenmpi-dev)
 fi
 if [[ $what == harden ]]; then
   # the suite (doctest, python3 for the CLI's JSON cases), clang with the

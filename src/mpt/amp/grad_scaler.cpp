@@ -73,7 +73,9 @@ std::optional<bool> unscale_grads(Optimizer& optimizer, float inv_scale) {
 }
 
 // The unscale_ part of the state machine; `who` is "GradScaler" or "StaticScaler".
-void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const char* who) {
+// `reduce` (GradScaler's seam, may be empty) turns the local verdict into the recorded one.
+void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const char* who,
+                      const GradScaler::FoundInfReduction* reduce = nullptr) {
   detail::OptimizerRecord& r = records[&optimizer];
   const std::string name = who;
   if (r.stage == OptState::unscaled)
@@ -86,17 +88,19 @@ void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const
                            "::unscale() is being called after step(); call update() to end the "
                            "iteration, and unscale the next iteration's gradients before its step()");
   r.found_inf = unscale_grads(optimizer, inverse_scale(scale));
+  if (reduce != nullptr && *reduce) r.found_inf = (*reduce)(r.found_inf.value_or(false));
   r.stage = OptState::unscaled;
 }
 
 // The step part of the state machine, after the caller's own checks.
-bool step_recorded(Records& records, Optimizer& optimizer, float scale, bool skip_on_inf, const char* who) {
+bool step_recorded(Records& records, Optimizer& optimizer, float scale, bool skip_on_inf, const char* who,
+                   const GradScaler::FoundInfReduction* reduce = nullptr) {
   const std::string name = who;
   if (records[&optimizer].stage == OptState::stepped)
     throw std::logic_error(name +
                            "::step() has already been called since the last update(); call "
                            "update() once at the end of every iteration, after step()");
-  if (records[&optimizer].stage == OptState::ready) unscale_recorded(records, optimizer, scale, who);
+  if (records[&optimizer].stage == OptState::ready) unscale_recorded(records, optimizer, scale, who, reduce);
   detail::OptimizerRecord& r = records[&optimizer];
   if (!r.found_inf)
     throw std::logic_error(name +
@@ -159,7 +163,7 @@ float GradScaler::scale(float loss) {
 void GradScaler::unscale(Optimizer& optimizer) {
   if (!options_.enabled) return;
   require_started("unscale");
-  unscale_recorded(per_optimizer_, optimizer, scale_, "GradScaler");
+  unscale_recorded(per_optimizer_, optimizer, scale_, "GradScaler", &reduction_);
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
@@ -168,7 +172,7 @@ bool GradScaler::step(Optimizer& optimizer) {
     return true;
   }
   require_started("step");
-  return step_recorded(per_optimizer_, optimizer, scale_, /*skip_on_inf=*/true, "GradScaler");
+  return step_recorded(per_optimizer_, optimizer, scale_, /*skip_on_inf=*/true, "GradScaler", &reduction_);
 }
 
 void GradScaler::update() {

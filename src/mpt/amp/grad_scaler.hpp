@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "mpt/optim/optimizer.hpp"
 
@@ -150,6 +152,18 @@ class GradScaler {
   /// False for a pass-through scaler.
   bool is_enabled() const { return options_.enabled; }
 
+  /// What a process found, in, and what it records, out: see
+  /// set_found_inf_reduction().
+  using FoundInfReduction = std::function<bool(bool found_inf_here)>;
+  /// The one seam for data parallelism (Chapter 5): called right after the
+  /// local unscale-and-check of each optimizer, with what this process found
+  /// (false when the optimizer has no gradients here — a rank whose shard is
+  /// empty still joins), and what it returns is recorded as the verdict that
+  /// step() and update() act on. Unset (the default), the local verdict is
+  /// recorded, as in PyTorch's GradScaler. mpt::dist::ShardedGradScaler sets
+  /// an all-reduce (max) across ranks, as PyTorch's ShardedGradScaler does.
+  void set_found_inf_reduction(FoundInfReduction reduction) { reduction_ = std::move(reduction); }
+
   /// Where `optimizer` is in the current iteration (ready if never seen).
   OptState stage(const Optimizer& optimizer) const;
   /// What the inf check of `optimizer` found this iteration: empty if no
@@ -183,6 +197,7 @@ class GradScaler {
   std::int32_t growth_tracker_ = 0;
   bool started_ = false;  // scale() was called once (PyTorch: _scale is not None)
   std::map<const Optimizer*, detail::OptimizerRecord> per_optimizer_;
+  FoundInfReduction reduction_;
 };
 
 /// Static (constant) loss scaling: one fixed scale for the whole run, as in

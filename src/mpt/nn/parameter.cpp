@@ -95,6 +95,7 @@ void Parameter::accumulate_grad(float* g, std::int64_t n, DType d) {
   if (d != DType::f32) round_array(g, g, static_cast<std::size_t>(n), format_of(d));
   float* out = grad.f32_data();
   for (std::int64_t i = 0; i < n; ++i) out[i] += g[i];
+  if (grad_hook) grad_hook(*this);
 }
 
 RefreshStats Parameter::refresh(MasterWeights mode) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "mpt/core/dtype.hpp"
@@ -83,8 +84,13 @@ class Parameter {
   /// values, scratch) is rounded in place into `d`, the model copy's dtype
   /// (the gradient of an f16 weight is an f16 tensor), and *added* into the
   /// FP32 grad (PyTorch's .grad accumulation). Throws std::invalid_argument
-  /// unless n == grad.numel().
+  /// unless n == grad.numel(). Then calls grad_hook, if set.
   void accumulate_grad(float* g, std::int64_t n, DType d);
+  /// Called at the end of every accumulate_grad(), after the contribution
+  /// is in `grad` (Chapter 5: DistributedDataParallel's gradient-ready hook,
+  /// which counts a parameter's contributions in one backward — a tied
+  /// weight gets two). Empty: nothing is called. Copied with the parameter.
+  std::function<void(Parameter&)> grad_hook;
   /// Bytes of the model copy (0 for f32: forward reads the master).
   std::size_t model_bytes() const { return model_dtype_ == DType::f32 ? 0 : model_.bytes(); }
 

@@ -1,0 +1,212 @@
+// Chapter 05 — loss scaling across ranks: DistributedDataParallel (see ddp.hpp).
+// Depends on: ddp.hpp, communicator.hpp; the nn tier (Model, Parameter,
+// BatchNorm), the formats tier (storage.hpp: packing into f16/bf16).
+#include "mpt/dist/ddp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "mpt/formats/storage.hpp"
+#include "mpt/nn/batch_norm.hpp"
+
+namespace mpt::dist {
+
+// A bucket's communication buffer and its all-reduce in flight.
+struct DistributedDataParallel::BucketState {
+  std::vector<unsigned char> buffer;
+  std::unique_ptr<PendingAllReduce> pending;
+  std::size_t ready = 0;  // parameters of the bucket whose gradient is complete
+  bool started = false;
+};
+
+namespace {
+
+[[noreturn]] void bad_option(const std::string& what) { throw std::invalid_argument(what); }
+
+// Tensor values through a float buffer (BatchNorm's estimates may be f16).
+void broadcast_tensor(Communicator& comm, Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  t.to_f32(v.data());
+  comm.broadcast(v.data(), v.size() * sizeof(float), 0);
+  t.assign(v.data(), t.numel());  // the values came from a tensor of this dtype: exact
+}
+
+}  // namespace
+
+std::pair<std::int64_t, std::int64_t> shard_rows(std::int64_t batch, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world)
+    throw std::invalid_argument("rank " + std::to_string(rank) + " of a world of " + std::to_string(world));
+  if (batch % world != 0)
+    throw std::invalid_argument("a batch of " + std::to_string(batch) + " rows does not split evenly over " +
+                                std::to_string(world) + " ranks; use a world size that divides it");
+  const std::int64_t per = batch / world;
+  return {per * rank, per * (rank + 1)};
+}
+
+DistributedDataParallel::DistributedDataParallel(Model& model, Communicator& comm, DdpOptions options)
+    : model_(&model), comm_(&comm), options_(options), params_(model.parameters()) {
+  if (!std::isfinite(options_.bucket_cap_mb) || options_.bucket_cap_mb <= 0)
+    bad_option("bucket_cap_mb must be a finite number of MiB > 0, not " +
+               std::to_string(options_.bucket_cap_mb));
+  if (!std::isfinite(options_.first_bucket_cap_mb) || options_.first_bucket_cap_mb <= 0)
+    bad_option("first_bucket_cap_mb must be a finite number of MiB > 0, not " +
+               std::to_string(options_.first_bucket_cap_mb));
+  if (options_.comm_dtype != DType::f32 && options_.comm_dtype != DType::f16 &&
+      options_.comm_dtype != DType::bf16)
+    bad_option("the communication dtype must be f32, f16 or bf16, not " +
+               std::string(dtype_name(options_.comm_dtype)));
+  if (!std::isfinite(options_.predivide_factor) || options_.predivide_factor < 0)
+    bad_option("predivide_factor must be a finite number >= 0 (0: the world size), not " +
+               std::to_string(options_.predivide_factor));
+  if (options_.predivide_factor == 0) options_.predivide_factor = comm.size();
+
+  // Every replica starts from rank 0's weights and buffers.
+  for (Parameter* p : params_) comm.broadcast(p->master.f32_data(), p->master.bytes(), 0);
+  model.refresh_model_copies();
+  broadcast_buffers();
+
+  // Buckets: parameters in reverse order, cut at the capacity.
+  const auto elements_in = [this](double mib) {
+    return static_cast<std::int64_t>(mib * 1024 * 1024 /
+                                     static_cast<double>(element_bytes(options_.comm_dtype)));
+  };
+  const std::int64_t cap = elements_in(options_.bucket_cap_mb);
+  const std::int64_t first_cap = std::min(cap, elements_in(options_.first_bucket_cap_mb));
+  bucket_of_.resize(params_.size());
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    const std::int64_t n = params_[k]->grad.numel();
+    const std::int64_t limit = buckets_.size() == 1 ? first_cap : cap;
+    if (buckets_.empty() || (buckets_.back().elements > 0 && buckets_.back().elements + n > limit))
+      buckets_.emplace_back();
+    buckets_.back().params.push_back(k);
+    buckets_.back().elements += n;
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) state_.push_back(std::make_unique<BucketState>());
+  expected_.assign(params_.size(), 0);
+  seen_.assign(params_.size(), 0);
+  for (std::size_t k = 0; k < params_.size(); ++k)
+    params_[k]->grad_hook = [this, k](Parameter&) { on_grad(k); };
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (Parameter* p : params_) p->grad_hook = nullptr;
+  for (auto& s : state_)
+    if (s->pending) s->pending->wait();
+}
+
+void DistributedDataParallel::broadcast_buffers() {
+  if (!options_.broadcast_buffers || comm_->size() == 1) return;
+  for (const std::string& path : model_->paths()) {
+    auto* bn = dynamic_cast<BatchNorm*>(model_->find(path));
+    if (bn == nullptr) continue;
+    if (bn->running_mean.numel() > 0) broadcast_tensor(*comm_, bn->running_mean);
+    if (bn->running_var.numel() > 0) broadcast_tensor(*comm_, bn->running_var);
+    comm_->broadcast(&bn->num_batches_tracked, sizeof bn->num_batches_tracked, 0);
+  }
+}
+
+void DistributedDataParallel::before_forward() { broadcast_buffers(); }
+
+void DistributedDataParallel::on_grad(std::size_t k) {
+  if (!sync_) return;
+  ++seen_[k];
+  for (std::size_t b = 0; b < next_bucket_; ++b)  // let the started all-reduces move on
+    if (state_[b]->pending) (void)state_[b]->pending->progress();
+  if (!learned_ || !options_.overlap) return;
+  if (seen_[k] > expected_[k])
+    throw std::logic_error(params_[k]->name + " received " + std::to_string(seen_[k]) +
+                           " gradient contributions in one backward; the first backward gave it " +
+                           std::to_string(expected_[k]));
+  if (seen_[k] < expected_[k]) return;
+  BucketState& s = *state_[bucket_of_[k]];
+  ++s.ready;
+  // Start every bucket that is complete, in order: bucket i only after i-1.
+  while (next_bucket_ < buckets_.size() &&
+         state_[next_bucket_]->ready == buckets_[next_bucket_].params.size()) {
+    start(next_bucket_);
+    ++current_.buckets_started_in_backward;
+    ++next_bucket_;
+  }
+}
+
+void DistributedDataParallel::start(std::size_t b) {
+  const Bucket& bucket = buckets_[b];
+  BucketState& s = *state_[b];
+  const DType d = options_.comm_dtype;
+  const std::size_t eb = element_bytes(d);
+  s.buffer.resize(static_cast<std::size_t>(bucket.elements) * eb);
+  const auto pre = static_cast<float>(1.0 / options_.predivide_factor);
+  std::vector<float> scratch;
+  std::size_t at = 0;
+  for (std::size_t k : bucket.params) {
+    const Tensor& g = params_[k]->grad;
+    const auto n = static_cast<std::size_t>(g.numel());
+    scratch.assign(g.f32_data(), g.f32_data() + n);
+    if (pre != 1.0f)
+      for (float& x : scratch) x *= pre;
+    unsigned char* out = s.buffer.data() + at * eb;
+    if (d == DType::f32) std::memcpy(out, scratch.data(), n * sizeof(float));
+    else if (d == DType::f16) to_fp16(scratch.data(), reinterpret_cast<Eigen::half*>(out), n);
+    else to_bf16(scratch.data(), reinterpret_cast<Eigen::bfloat16*>(out), n);
+    at += n;
+  }
+  current_.bytes += static_cast<std::int64_t>(s.buffer.size());
+  s.started = true;
+  if (options_.fixed_order) {
+    all_reduce_fixed_order(*comm_, s.buffer.data(), bucket.elements, d, ReduceOp::sum);
+  } else {
+    s.pending = comm_->start_all_reduce(s.buffer.data(), bucket.elements, d, ReduceOp::sum);
+  }
+}
+
+void DistributedDataParallel::finish_backward() {
+  if (!sync_) return;
+  if (!learned_) {
+    expected_ = seen_;
+    learned_ = true;
+  }
+  for (std::size_t k = 0; k < params_.size(); ++k)
+    if (seen_[k] != expected_[k])
+      throw std::logic_error(params_[k]->name + " received " + std::to_string(seen_[k]) +
+                             " gradient contributions in this backward, " + std::to_string(expected_[k]) +
+                             " in the first; every backward must reach the same parameters");
+  for (; next_bucket_ < buckets_.size(); ++next_bucket_) {
+    start(next_bucket_);
+    ++current_.buckets_started_at_finish;
+  }
+  const DType d = options_.comm_dtype;
+  const std::size_t eb = element_bytes(d);
+  const auto post = static_cast<float>(options_.predivide_factor / comm_->size());
+  std::vector<float> scratch;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& s = *state_[b];
+    if (s.pending) s.pending->wait();
+    s.pending.reset();
+    std::size_t at = 0;
+    for (std::size_t k : buckets_[b].params) {
+      Tensor& g = params_[k]->grad;
+      const auto n = static_cast<std::size_t>(g.numel());
+      float* out = g.f32_data();
+      const unsigned char* in = s.buffer.data() + at * eb;
+      if (d == DType::f32) std::memcpy(out, in, n * sizeof(float));
+      else if (d == DType::f16) from_fp16(reinterpret_cast<const Eigen::half*>(in), out, n);
+      else from_bf16(reinterpret_cast<const Eigen::bfloat16*>(in), out, n);
+      if (post != 1.0f)
+        for (std::size_t i = 0; i < n; ++i) out[i] *= post;
+      at += n;
+    }
+    s.ready = 0;
+    s.started = false;
+  }
+  std::fill(seen_.begin(), seen_.end(), 0);
+  next_bucket_ = 0;
+  stats_ = current_;
+  current_ = {};
+}
+
+}  // namespace mpt::dist

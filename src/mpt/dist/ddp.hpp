@@ -1,0 +1,163 @@
+// Chapter 05 — loss scaling across ranks: DistributedDataParallel.
+// Depends on: communicator.hpp; the nn tier (Model, Parameter, BatchNorm).
+//
+// PyTorch's DistributedDataParallel, for a Model of this library (see
+// torch/nn/parallel/distributed.py and torch/csrc/distributed/c10d/reducer.cpp
+// in pytorch/pytorch): at construction rank 0's parameters (and BatchNorm's
+// running estimates) are broadcast, so every replica starts equal; each rank
+// runs forward and backward on its own shard of the batch; the gradients are
+// averaged across ranks by all-reduces of *buckets* — the parameters in
+// reverse order (roughly the order backward produces their gradients), cut
+// into buckets of bucket_cap_mb — each started, non-blocking, as soon as
+// backward has added the last contribution to every gradient in it, so that
+// communication overlaps the rest of backward. finish_backward() waits for
+// them all and writes the averages back into Parameter::grad.
+//
+// One step on every rank (the scaler and optimizer are each rank's own):
+// \code
+//   ddp.before_forward();                  // BatchNorm's buffers from rank 0
+//   model.forward(shard.x);  ... loss ...  // this rank's B/N rows
+//   model.backward(dlogits * S);           // buckets start as gradients become ready
+//   ddp.finish_backward();                 // wait; every grad = the average over ranks
+//   scaler.step(opt); scaler.update();     // same gradients everywhere: same verdict
+// \endcode
+//
+// A parameter is "ready" when its contributions in this backward reach the
+// number counted in the first one (a weight tied into two layers gets two):
+// the first iteration learns the counts and reduces every bucket at
+// finish_backward(), as PyTorch's static_graph=True learns the graph in its
+// first iteration.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpt/dist/communicator.hpp"
+#include "mpt/nn/model.hpp"
+
+namespace mpt::dist {
+
+/// The knobs of DistributedDataParallel, PyTorch's names where it has one.
+struct DdpOptions {
+  /// Bucket capacity in MiB of the communication dtype (PyTorch's
+  /// bucket_cap_mb, default 25). A parameter larger than one bucket gets a
+  /// bucket of its own. > 0.
+  double bucket_cap_mb = 25;
+  /// The first bucket's capacity (the model's last parameters, whose
+  /// gradients backward produces first), so that communication starts early:
+  /// PyTorch's 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES). > 0; a value above
+  /// bucket_cap_mb counts as bucket_cap_mb.
+  double first_bucket_cap_mb = 1;
+  /// The dtype the gradients travel and are summed in: f32, or f16/bf16 (as
+  /// PyTorch's fp16_compress_hook and bf16_compress_hook) — half the bytes,
+  /// and a sum that can overflow: see predivide_factor.
+  DType comm_dtype = DType::f32;
+  /// Each gradient is multiplied by 1/predivide_factor while it is copied
+  /// into its bucket and by predivide_factor/world after the all-reduce
+  /// (apex's gradient_predivide_factor). 0, the default, means the world
+  /// size: the average is taken before the sum, as PyTorch's reducer does
+  /// (it multiplies by 1/world while copying into the bucket), so the sum of
+  /// N ranks' gradients never exceeds the largest one — what keeps an f16
+  /// sum finite. 1 sums first and averages after (apex's default). >= 0.
+  double predivide_factor = 0;
+  /// Reduce with all_reduce_fixed_order(): the same bits as adding the
+  /// ranks' gradients one after another, whatever the engine's algorithm.
+  bool fixed_order = false;
+  /// Start each bucket's all-reduce during backward (true, as PyTorch), or
+  /// all of them in finish_backward() (to measure what the overlap saves).
+  bool overlap = true;
+  /// Broadcast BatchNorm's running estimates from rank 0 before every
+  /// forward (PyTorch's broadcast_buffers, default true).
+  bool broadcast_buffers = true;
+};
+
+/// One bucket: parameters (indices into model.parameters()) packed into one
+/// communication buffer.
+struct Bucket {
+  std::vector<std::size_t> params;  ///< in reverse parameter order
+  std::int64_t elements = 0;        ///< the gradients' elements, all told
+};
+
+/// What the last synchronised backward did.
+struct DdpStats {
+  std::int64_t buckets_started_in_backward = 0;  ///< all-reduces that overlapped backward
+  std::int64_t buckets_started_at_finish = 0;    ///< all-reduces started by finish_backward()
+  std::int64_t bytes = 0;                        ///< bytes this rank sent into all-reduces
+};
+
+/// Data-parallel training of `model` across the ranks of `comm`.
+class DistributedDataParallel {
+ public:
+  /// Broadcast rank 0's masters (and, with broadcast_buffers, BatchNorm's
+  /// running estimates), refresh the model copies, cut the buckets and set
+  /// the gradient hooks. model and comm must outlive this object. Throws
+  /// std::invalid_argument (one line) for an option out of range.
+  DistributedDataParallel(Model& model, Communicator& comm, DdpOptions options = {});
+  /// Removes the gradient hooks.
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Before each forward: broadcast the buffers from rank 0 (with
+  /// broadcast_buffers), as PyTorch does at the start of forward.
+  void before_forward();
+  /// After model.backward(): start the buckets not started yet, wait for all,
+  /// and set every grad to the average over ranks. Inside no_sync() it does
+  /// nothing (the gradients keep accumulating here). Throws
+  /// std::logic_error if a parameter got more contributions than the first
+  /// backward counted.
+  void finish_backward();
+
+  /// While the returned guard lives, backward only accumulates gradients on
+  /// this rank (no communication): PyTorch's no_sync() for gradient
+  /// accumulation. The first backward after it synchronises the sums.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp) { ddp_->sync_ = false; }
+    ~NoSync() { ddp_->sync_ = true; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+  };
+  /// See NoSync.
+  NoSync no_sync() { return NoSync(*this); }
+
+  /// The buckets, in the order they are reduced.
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  /// The last synchronised backward's counts.
+  const DdpStats& stats() const { return stats_; }
+  /// The options, with predivide_factor 0 resolved to the world size.
+  const DdpOptions& options() const { return options_; }
+  /// The communicator.
+  Communicator& comm() { return *comm_; }
+
+ private:
+  struct BucketState;
+  void on_grad(std::size_t index);
+  void start(std::size_t bucket);
+  void broadcast_buffers();
+
+  Model* model_;
+  Communicator* comm_;
+  DdpOptions options_;
+  std::vector<Parameter*> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // per parameter
+  std::vector<int> expected_, seen_;    // contributions per parameter
+  bool learned_ = false, sync_ = true;
+  std::vector<std::unique_ptr<BucketState>> state_;
+  std::size_t next_bucket_ = 0;  // buckets start in order, as PyTorch's
+  DdpStats stats_, current_;     // the last synchronised backward's; this one's
+};
+
+/// The rows [rank·B/N, (rank+1)·B/N) of a batch of B rows: this rank's
+/// shard. Throws std::invalid_argument unless N divides B.
+std::pair<std::int64_t, std::int64_t> shard_rows(std::int64_t batch, int rank, int world);
+
+}  // namespace mpt::dist

@@ -1,0 +1,281 @@
+// Chapter 05 — loss scaling across ranks: the dist tier in one process.
+// The reduction every backend applies (f16/bf16 rounding, overflow, NaN),
+// the fixed-order all-reduce, bucket assignment, the gradient-ready hook
+// (a tied weight's two contributions), no_sync, pre-division, the ZeRO
+// partition and the found-inf seam of GradScaler. The multi-rank behaviour
+// is tested under mpiexec (tests/mpi/).
+// Depends on: the dist tier, the nn/optim/amp tiers, doctest, dist_support.hpp.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dist_support.hpp"
+#include "mpt/amp/grad_scaler.hpp"
+#include "mpt/dist/communicator.hpp"
+#include "mpt/dist/ddp.hpp"
+#include "mpt/dist/sharded.hpp"
+#include "mpt/formats/storage.hpp"
+#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/text_data.hpp"
+#include "mpt/nn/transformer.hpp"
+#include "mpt/optim/sgd.hpp"
+
+using mpt::DType;
+using mpt::dist::ReduceOp;
+using mpt_test::MirrorWorld;
+
+namespace {
+
+std::vector<Eigen::half> halves(const std::vector<float>& v) {
+  std::vector<Eigen::half> h(v.size());
+  mpt::to_fp16(v.data(), h.data(), v.size());
+  return h;
+}
+std::vector<float> floats(const std::vector<Eigen::half>& h) {
+  std::vector<float> v(h.size());
+  mpt::from_fp16(h.data(), v.data(), h.size());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("combine: an f16 sum is rounded after every pair and overflows past 65504") {
+  // 40000 + 40000 = 80000 is above f16's largest finite value: inf, although
+  // both inputs are finite. 2048 + 1 = 2049 is not an f16 value (spacing 2
+  // there): nearest-even gives 2048. In f32 both sums are exact.
+  auto a = halves({40000.0f, 2048.0f, -3.0f});
+  const auto b = halves({40000.0f, 1.0f, 1.0f});
+  mpt::dist::combine(a.data(), b.data(), 3, DType::f16, ReduceOp::sum);
+  const auto got = floats(a);
+  CHECK(std::isinf(got[0]));
+  CHECK(got[0] > 0);
+  CHECK(got[1] == 2048.0f);
+  CHECK(got[2] == -2.0f);
+  std::vector<float> f{40000.0f, 2048.0f};
+  const std::vector<float> g{40000.0f, 1.0f};
+  mpt::dist::combine(f.data(), g.data(), 2, DType::f32, ReduceOp::sum);
+  CHECK(f[0] == 80000.0f);
+  CHECK(f[1] == 2049.0f);
+}
+
+TEST_CASE("combine: bf16 rounds to 8 significant bits; max keeps NaN") {
+  std::vector<Eigen::bfloat16> a(2), b(2);
+  const float av[2] = {1.0f, -5.0f}, bv[2] = {1.0f / 256.0f, 2.0f};
+  mpt::to_bf16(av, a.data(), 2);
+  mpt::to_bf16(bv, b.data(), 2);
+  mpt::dist::combine(a.data(), b.data(), 2, DType::bf16, ReduceOp::sum);
+  float out[2];
+  mpt::from_bf16(a.data(), out, 2);
+  CHECK(out[0] == 1.0f);  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even
+  CHECK(out[1] == -3.0f);
+  std::vector<float> m{1.0f, std::numeric_limits<float>::quiet_NaN(), -1.0f};
+  const std::vector<float> n{std::numeric_limits<float>::quiet_NaN(), 2.0f, -2.0f};
+  mpt::dist::combine(m.data(), n.data(), 3, DType::f32, ReduceOp::max);
+  CHECK(std::isnan(m[0]));
+  CHECK(std::isnan(m[1]));
+  CHECK(m[2] == -1.0f);
+}
+
+TEST_CASE("a collective refuses fp8 buffers and negative counts with one line") {
+  CHECK_THROWS_WITH(mpt::dist::element_bytes(DType::e4m3),
+                    "a collective moves f32, f16 or bf16 buffers, not e4m3");
+  mpt::dist::LocalCommunicator one;
+  float x = 1;
+  CHECK_THROWS_WITH(one.all_reduce(&x, -1, DType::f32, ReduceOp::sum),
+                    "all_reduce: a count of -1 elements; it must be >= 0");
+  CHECK_THROWS_WITH(one.broadcast(&x, 4, 1), "broadcast: root 1 in a world of 1 rank (valid: 0)");
+}
+
+TEST_CASE("the fixed-order all-reduce adds the ranks' buffers one after another") {
+  // In a mirror world of 3, ((x + x) + x) in f16: 3 · 21000 = 63000 is f16's
+  // 62976 or 63008 only after each pair is rounded; a single rounding of
+  // the exact 63000 may differ. Here the pairwise result is what counts.
+  MirrorWorld three(0, 3);
+  auto a = halves({21000.0f, 0.1f});
+  mpt::dist::all_reduce_fixed_order(three, a.data(), 2, DType::f16, ReduceOp::sum);
+  auto expect = halves({21000.0f, 0.1f});
+  const auto once = expect;
+  mpt::dist::combine(expect.data(), once.data(), 2, DType::f16, ReduceOp::sum);
+  mpt::dist::combine(expect.data(), once.data(), 2, DType::f16, ReduceOp::sum);
+  CHECK(floats(a) == floats(expect));
+  mpt::dist::LocalCommunicator one;
+  std::vector<float> v{1.5f, -2.0f};
+  mpt::dist::all_reduce_fixed_order(one, v.data(), 2, DType::f32, ReduceOp::sum);
+  CHECK(v == std::vector<float>{1.5f, -2.0f});
+}
+
+TEST_CASE("buckets: parameters in reverse order, the first bucket capped at first_bucket_cap_mb") {
+  // The blobs MLP: fc1.weight 256, fc1.bias 32, fc2.weight 1024, fc2.bias 32,
+  // fc3.weight 128, fc3.bias 4 elements. 1/1024 MiB holds 256 f32 elements.
+  auto net = mpt_test::blobs_mlp();
+  MirrorWorld two(0, 2);
+  mpt::dist::DdpOptions o;
+  o.bucket_cap_mb = 2.0 / 1024;  // 512 elements
+  o.first_bucket_cap_mb = 1.0 / 1024;
+  mpt::dist::DistributedDataParallel ddp(*net, two, o);
+  const auto& b = ddp.buckets();
+  REQUIRE(b.size() == 3);
+  CHECK(b[0].params == std::vector<std::size_t>{5, 4, 3});  // 164 elements; fc2.weight would pass 256
+  CHECK(b[0].elements == 164);
+  CHECK(b[1].params == std::vector<std::size_t>{2});     // 1024: alone, above the cap
+  CHECK(b[2].params == std::vector<std::size_t>{1, 0});  // 32 + 256 = 288 <= 512
+  CHECK(b[2].elements == 288);
+  CHECK(two.broadcasts == 6);  // every master from rank 0 (no BatchNorm here)
+}
+
+TEST_CASE("DDP in a world of one changes nothing, and its buckets start during backward") {
+  auto plain = mpt_test::blobs_mlp(DType::f16);
+  auto dp = mpt_test::blobs_mlp(DType::f16);
+  mpt::dist::LocalCommunicator one;
+  mpt::dist::DdpOptions o;
+  o.bucket_cap_mb = 1.0 / 1024;
+  mpt::dist::DistributedDataParallel ddp(*dp, one, o);
+  mpt::SGD sp(plain->parameters(), {0.05, 0.9}), sd(dp->parameters(), {0.05, 0.9});
+  mpt::Batches bp(mpt_test::blobs(), 64, 1234), bd(mpt_test::blobs(), 64, 1234);
+  for (int step = 0; step < 5; ++step) {
+    sp.zero_grad();
+    sd.zero_grad();
+    (void)mpt_test::shard_backward(*plain, bp.next(), 0, 1, 1024.0f);
+    ddp.before_forward();
+    (void)mpt_test::shard_backward(*dp, bd.next(), 0, 1, 1024.0f);
+    ddp.finish_backward();
+    CHECK(mpt_test::bits_differ(mpt_test::grads(*plain), mpt_test::grads(*dp)) == 0);
+    if (step == 0)
+      CHECK(ddp.stats().buckets_started_at_finish == static_cast<std::int64_t>(ddp.buckets().size()));
+    else CHECK(ddp.stats().buckets_started_in_backward == static_cast<std::int64_t>(ddp.buckets().size()));
+    for (auto* p : plain->parameters()) p->grad.f32() *= 1.0f / 1024;
+    for (auto* p : dp->parameters()) p->grad.f32() *= 1.0f / 1024;
+    sp.step();
+    sd.step();
+    plain->refresh_model_copies();
+    dp->refresh_model_copies();
+  }
+  CHECK(mpt_test::bits_differ(mpt_test::masters(*plain), mpt_test::masters(*dp)) == 0);
+}
+
+TEST_CASE("a tied weight is ready after its second contribution, not its first") {
+  // The Transformer's token table feeds the embedding and the tied output
+  // head: two contributions per backward. Were its bucket packed at the
+  // first, the averaged gradient would lack the head's part.
+  mpt::TransformerConfig c;
+  c.vocab_size = 16;
+  c.context = 8;
+  c.d_model = 16;
+  c.num_heads = 2;
+  c.num_layers = 1;
+  c.seed = 3;
+  mpt::TinyTransformer plain(c), dp(c);
+  mpt::dist::LocalCommunicator one;
+  mpt::dist::DdpOptions o;
+  o.bucket_cap_mb = 1.0 / 4096;  // 64 elements: many buckets
+  o.first_bucket_cap_mb = 1.0 / 4096;
+  mpt::dist::DistributedDataParallel ddp(dp, one, o);
+  std::vector<int> tokens(200);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 7 + i / 5) % 16);
+  mpt::Rng r1(1), r2(1);
+  for (int step = 0; step < 2; ++step) {
+    for (auto* net : {&plain, &dp}) {
+      for (auto* p : net->parameters()) p->grad.fill_zero();
+      const mpt::TokenBatch b = mpt::sample_windows(tokens, 0, tokens.size(), 4, 8, net == &plain ? r1 : r2);
+      const mpt::Tensor& logits = net->forward_tokens(b.inputs, b.batch, b.context);
+      mpt::Tensor dl(DType::f32, {});
+      dl.f32_data()[0] = 1.0f;
+      net->backward(mpt::cross_entropy_backward(logits, b.targets, {}, dl, net->context()));
+    }
+    ddp.finish_backward();
+    CHECK(mpt_test::bits_differ(mpt_test::grads(plain), mpt_test::grads(dp)) == 0);
+  }
+  CHECK(ddp.stats().buckets_started_in_backward == static_cast<std::int64_t>(ddp.buckets().size()));
+}
+
+TEST_CASE("no_sync: gradients accumulate locally; the next synchronised backward reduces the sums") {
+  auto net = mpt_test::blobs_mlp();
+  MirrorWorld two(0, 2);  // the other rank holds the same gradients: the average is the local sum
+  mpt::dist::DistributedDataParallel ddp(*net, two, {});
+  mpt::Batches b(mpt_test::blobs(), 64, 1234);
+  const mpt::Dataset b1 = b.next(), b2 = b.next();
+  {
+    auto guard = ddp.no_sync();
+    (void)mpt_test::shard_backward(*net, b1, 0, 2, 1.0f);
+    ddp.finish_backward();  // does nothing inside no_sync
+  }
+  const int reduces_before = two.all_reduces;
+  const auto after_first = mpt_test::grads(*net);
+  (void)mpt_test::shard_backward(*net, b2, 0, 2, 1.0f);
+  ddp.finish_backward();
+  CHECK(reduces_before == 0);
+  CHECK(two.all_reduces == static_cast<int>(ddp.buckets().size()));
+  // The reference: the same two shards accumulated without DDP.
+  auto ref = mpt_test::blobs_mlp();
+  (void)mpt_test::shard_backward(*ref, b1, 0, 2, 1.0f);
+  CHECK(mpt_test::bits_differ(mpt_test::grads(*ref), after_first) == 0);
+  (void)mpt_test::shard_backward(*ref, b2, 0, 2, 1.0f);
+  // Mirror world of 2 with predivide 2: x/2 + x/2 = x exactly.
+  CHECK(mpt_test::bits_differ(mpt_test::grads(*ref), mpt_test::grads(*net)) == 0);
+}
+
+TEST_CASE("an f16 all-reduce that sums first overflows; pre-division keeps it finite") {
+  // Two ranks whose f16 gradients are 40000 each: every rank's gradient is
+  // finite, their sum is not. predivide_factor 1 (sum, then average) gives
+  // inf; the default (divide by the world first) gives 40000.
+  for (const double predivide : {1.0, 0.0}) {
+    auto net = mpt_test::blobs_mlp(DType::f16);
+    MirrorWorld two(0, 2);
+    mpt::dist::DdpOptions o;
+    o.comm_dtype = DType::f16;
+    o.predivide_factor = predivide;
+    mpt::dist::DistributedDataParallel ddp(*net, two, o);
+    for (auto* p : net->parameters()) p->grad.fill_zero();
+    std::vector<float> g(static_cast<std::size_t>(net->parameters()[0]->grad.numel()), 40000.0f);
+    net->parameters()[0]->accumulate_grad(g.data(), static_cast<std::int64_t>(g.size()), DType::f16);
+    for (std::size_t k = 1; k < net->parameters().size(); ++k) {
+      auto* p = net->parameters()[k];
+      std::vector<float> z(static_cast<std::size_t>(p->grad.numel()), 0.0f);
+      p->accumulate_grad(z.data(), static_cast<std::int64_t>(z.size()), DType::f16);
+    }
+    ddp.finish_backward();
+    const float got = net->parameters()[0]->grad.f32_data()[0];
+    CAPTURE(predivide);
+    if (predivide == 1.0) CHECK(std::isinf(got));
+    else CHECK(got == 40000.0f);
+  }
+}
+
+TEST_CASE("ZeRO's partition: largest first, each to the least-loaded rank") {
+  CHECK(mpt::dist::partition_parameters({10, 100, 5, 50}, 2) == std::vector<int>{1, 0, 1, 1});
+  CHECK(mpt::dist::partition_parameters({4, 4, 4}, 1) == std::vector<int>{0, 0, 0});
+  CHECK(mpt::dist::partition_parameters({3, 3, 3, 3}, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK_THROWS_WITH(mpt::dist::partition_parameters({1}, 0), "a world of 0 ranks; it must be >= 1");
+}
+
+TEST_CASE("the found-inf seam: a ShardedGradScaler skips when another rank found an inf") {
+  // This rank's gradients are finite; the mirror world's "other rank" says
+  // it found one. GradScaler (local verdict) steps; ShardedGradScaler (the
+  // all-reduced verdict) skips and backs off, as every rank then does.
+  for (const bool sharded : {false, true}) {
+    auto net = mpt_test::blobs_mlp();
+    MirrorWorld two(1, 2);
+    two.peer_flag = 1.0f;
+    mpt::dist::ShardedOptimizer opt(net->parameters(), two, [](std::vector<mpt::Parameter*> mine) {
+      return std::make_unique<mpt::SGD>(std::move(mine), mpt::SgdOptions{0.05});
+    });
+    mpt::GradScaler plain;
+    mpt::dist::ShardedGradScaler synced(two);
+    mpt::GradScaler& scaler = sharded ? synced : plain;
+    mpt::Batches b(mpt_test::blobs(), 64, 1234);
+    opt.zero_grad();
+    (void)mpt_test::shard_backward(*net, b.next(), 1, 2, scaler.scale(1.0f));
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    CAPTURE(sharded);
+    CHECK(stepped == !sharded);
+    CHECK(scaler.get_scale() == (sharded ? 32768.0f : 65536.0f));
+    // Rank 1 of 2 owns fc2.weight's partner shard: fc1.weight (256) goes to
+    // rank 1 after fc2.weight (1024) went to rank 0.
+    CHECK(opt.owners() == std::vector<int>{1, 1, 0, 1, 1, 1});
+    CHECK(opt.params().size() == 5);
+  }
+}
