@@ -12,6 +12,12 @@
 // against this run's configuration). Progress goes to stdout (a line
 // rewritten in place on a terminal, plain lines otherwise); with --json
 // stdout is one JSON document and progress goes to stderr, on a terminal only.
+//
+// Chapter 5: with --data-parallel the same command runs on every rank of
+// `mpiexec -n N mpt train ...` (the MPI backend, mpt::dist_mpi): each rank
+// takes its B/N rows of every batch, gradients are averaged by DDP, and
+// only rank 0 prints and writes checkpoints (which every rank helps to
+// gather). A rank that fails after the start ends the whole job.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,11 +38,15 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "mpt/core/dtype.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/data.hpp"
 #include "mpt/train/checkpoint.hpp"
 #include "mpt/train/run.hpp"
 #include "mpt/train/test_hooks.hpp"
+#if MPT_HAVE_MPI
+#include "mpt/dist/mpi_communicator.hpp"
+#endif
 
 namespace {
 
@@ -48,7 +58,8 @@ constexpr long long kMaxSteps = 1000000000;
 
 struct TrainArgs {
   std::string model, data, policy, scaler, optimizer, lr, steps, seed, checkpoint, every, resume_from, plot;
-  bool resume = false, json = false;
+  std::string bucket_mb, comm_dtype;
+  bool resume = false, json = false, data_parallel = false, shard_optimizer = false;
 };
 
 // What a validated command line is.
@@ -60,6 +71,9 @@ struct Plan {
   tr::Checkpoint resume;       // the parsed checkpoint, when resume_path is set
   tr::KillPoint kill;
   bool json = false;
+  bool data_parallel = false, shard_optimizer = false;
+  double bucket_mb = 25;
+  mpt::DType comm_dtype = mpt::DType::f32;
 };
 
 std::string directory_of(const std::string& path) {
@@ -131,6 +145,32 @@ Plan plan_of(const TrainArgs& a) {
   if (a.resume && a.checkpoint.empty())
     throw UsageError(
         "--resume needs --checkpoint DIR: the directory whose newest checkpoint to continue from");
+  if (!a.data_parallel) {
+    if (a.shard_optimizer) throw UsageError("--shard-optimizer needs --data-parallel (under mpiexec -n N)");
+    if (!a.bucket_mb.empty()) throw UsageError("--bucket-mb needs --data-parallel (under mpiexec -n N)");
+    if (!a.comm_dtype.empty()) throw UsageError("--comm-dtype needs --data-parallel (under mpiexec -n N)");
+  }
+  p.data_parallel = a.data_parallel;
+  p.shard_optimizer = a.shard_optimizer;
+  if (!a.bucket_mb.empty()) {
+    double mb = 0;
+    if (!mpt::cli::parse_number(a.bucket_mb, mb))
+      throw UsageError("--bucket-mb: " + mpt::cli::not_a_number(a.bucket_mb));
+    if (!std::isfinite(mb) || mb <= 0)
+      throw UsageError("--bucket-mb: '" + a.bucket_mb + "' is not a finite number of MiB > 0");
+    p.bucket_mb = mb;
+  }
+  if (!a.comm_dtype.empty()) {
+    if (a.comm_dtype != "f32" && a.comm_dtype != "f16" && a.comm_dtype != "bf16")
+      throw UsageError("--comm-dtype: '" + a.comm_dtype + "' is not one of f32, f16, bf16");
+    p.comm_dtype = mpt::dtype_named(a.comm_dtype);
+  }
+#if !MPT_HAVE_MPI
+  if (a.data_parallel)
+    throw UsageError(
+        "--data-parallel needs the MPI backend, and this mpt was built without MPI (Debian: apt-get install "
+        "openmpi-bin libopenmpi-dev, then rebuild)");
+#endif
   c = invalid_argument_is_usage_error([&] { return tr::resolve_config(c); });
   p.kill = invalid_argument_is_usage_error([] { return tr::kill_point_from_environment(); });
   p.json = a.json;
@@ -260,11 +300,56 @@ void draw_plot(const std::string& path, const std::vector<tr::StepRecord>& histo
   mpt::cli::write_atomically(path, svg.str());
 }
 
+// The ranks of a --data-parallel run (MPI starts here, once) and this
+// rank's kill point (MPT_TRAIN_KILL_RANK restricts the test hook to one rank).
+mpt::dist::Communicator* world_of(const Plan& p) {
+#if MPT_HAVE_MPI
+  if (!p.data_parallel) return nullptr;
+  static mpt::dist::MpiCommunicator comm;
+  return &comm;
+#else
+  (void)p;
+  return nullptr;
+#endif
+}
+
+int train_run(Plan& p, mpt::dist::Communicator* world);
+
 int cmd_train(const TrainArgs& a) {
   Plan p = plan_of(a);  // every input checked; nothing written yet
+  mpt::dist::Communicator* world = world_of(p);
+  if (world != nullptr) {
+    if (const char* only = std::getenv("MPT_TRAIN_KILL_RANK");
+        only != nullptr && std::to_string(world->rank()) != only)
+      p.kill = tr::KillPoint{};
+  }
+  if (world == nullptr || world->size() == 1) return train_run(p, world);
+  try {
+    return train_run(p, world);
+  } catch (const UsageError&) {
+    throw;  // the same on every rank: each exits 2
+  } catch (const std::exception& e) {
+    // One rank cannot go on: end every rank now, so none waits for it.
+    std::cerr << "mpt: rank " << world->rank() << " of " << world->size()
+              << ": error: " << mpt::cli::one_line(e.what()) << "\n";
+#if MPT_HAVE_MPI
+    mpt::dist::MpiCommunicator::abort_job(1);
+#else
+    return 1;
+#endif
+  }
+}
+
+int train_run(Plan& p, mpt::dist::Communicator* world) {
+  const bool lead = world == nullptr || world->rank() == 0;
+  tr::DataParallel dp;
+  dp.comm = world;
+  dp.shard_optimizer = p.shard_optimizer;
+  dp.bucket_mb = p.bucket_mb;
+  dp.comm_dtype = p.comm_dtype;
   tr::TrainRun run = [&] {
     try {
-      return invalid_argument_is_usage_error([&] { return tr::TrainRun(p.config); });
+      return invalid_argument_is_usage_error([&] { return tr::TrainRun(p.config, dp); });
     } catch (const mpt::DataFileMissing& e) {
       throw UsageError(mpt::cli::one_line(e.what()));
     }
@@ -276,19 +361,20 @@ int cmd_train(const TrainArgs& a) {
       throw UsageError("checkpoint " + p.resume_path + ": " + e.what());
     }
   }
-  if (!p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) &&
+  if (lead && !p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) &&
       ::mkdir(p.checkpoint_dir.c_str(), 0755) != 0)
     throw UsageError("--checkpoint: cannot create '" + p.checkpoint_dir + "'");
 
   const std::int64_t steps = p.config.steps;
   const bool tty = ::isatty(p.json ? 2 : 1) == 1;
   std::ostream& progress = p.json ? std::cerr : std::cout;
-  const bool show = !p.json || tty;
+  const bool show = lead && (!p.json || tty);
   const std::int64_t interval = std::max<std::int64_t>(1, steps / 20);
   const std::int64_t first = run.steps_done();
   std::int64_t skipped = 0, written = 0;
   for (const tr::StepRecord& r : run.history()) skipped += r.skipped;
-  if (!p.json && first > 0) std::cout << "resumed from " << p.resume_path << " at step " << first << "\n";
+  if (lead && !p.json && first > 0)
+    std::cout << "resumed from " << p.resume_path << " at step " << first << "\n";
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&start] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -299,13 +385,17 @@ int cmd_train(const TrainArgs& a) {
     tr::maybe_kill_after_step(p.kill, k);
     if (!p.checkpoint_dir.empty() && ((p.config.every > 0 && k % p.config.every == 0) || k == steps)) {
       const tr::KillPoint kill = p.kill;
-      try {
-        tr::save_checkpoint(p.checkpoint_dir, run.checkpoint(), [&kill, k](mpt::AtomicWriteStage s) {
-          tr::maybe_kill_in_checkpoint(kill, k, s);
-        });
-      } catch (const mpt::FileWriteError& e) {
-        throw std::runtime_error(std::string("checkpoint not written: ") + e.what());
+      const tr::Checkpoint snapshot = run.checkpoint();  // collective: every rank
+      if (lead) {                                        // one writer
+        try {
+          tr::save_checkpoint(p.checkpoint_dir, snapshot, [&kill, k](mpt::AtomicWriteStage s) {
+            tr::maybe_kill_in_checkpoint(kill, k, s);
+          });
+        } catch (const mpt::FileWriteError& e) {
+          throw std::runtime_error(std::string("checkpoint not written: ") + e.what());
+        }
       }
+      if (world != nullptr) world->barrier();  // no rank runs ahead of a checkpoint being written
       ++written;
     }
     if (show && (tty || k % interval == 0 || k == steps)) {
@@ -318,11 +408,20 @@ int cmd_train(const TrainArgs& a) {
   if (show && tty && steps > first) progress << "\n";
   const double wall = seconds();
   const tr::RunSummary s = run.summary();
+  const std::vector<std::int64_t> per_rank = run.skipped_per_rank();  // collective
+  if (!lead) return 0;
   if (!p.plot.empty()) draw_plot(p.plot, run.history(), p.config);
 
   if (p.json) {
     nlohmann::ordered_json j;
     j["config"] = config_json(p.config);
+    if (world != nullptr) {
+      j["data_parallel"] = {{"world_size", world->size()},
+                            {"shard_optimizer", p.shard_optimizer},
+                            {"bucket_mb", p.bucket_mb},
+                            {"comm_dtype", std::string(mpt::dtype_name(p.comm_dtype))},
+                            {"skipped_per_rank", per_rank}};
+    }
     j["resumed_at_step"] = first;
     nlohmann::ordered_json records = nlohmann::ordered_json::array();
     for (const tr::StepRecord& r : run.history())
@@ -337,6 +436,10 @@ int cmd_train(const TrainArgs& a) {
     std::cout << j.dump(1) << "\n";
     return 0;
   }
+  if (world != nullptr)
+    std::cout << "data parallel: " << world->size() << " rank" << (world->size() == 1 ? "" : "s")
+              << (p.shard_optimizer ? ", sharded optimizer" : "") << ", gradients in "
+              << mpt::dtype_name(p.comm_dtype) << "\n";
   std::cout << "final loss " << loss_text(s.final_loss) << " (step " << steps << "), " << s.metric << " "
             << mpt::cli::outcome_text(s.metric_value) << "\n"
             << "skipped steps " << s.skipped << " of " << steps << ", final scale "
@@ -407,6 +510,19 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                 "draw the loss and the scale (log axis) against the step with gnuplot into this SVG file "
                 "(written atomically; needs gnuplot, Debian package gnuplot-nox)")
       ->type_name("FILE.svg");
+  t->add_flag("--data-parallel", a->data_parallel,
+              "Chapter 5: run on the ranks of mpiexec -n N (OpenMPI): each rank trains on its B/N rows of "
+              "every batch and DDP averages the gradients; rank 0 prints and writes the checkpoints");
+  t->add_flag("--shard-optimizer", a->shard_optimizer,
+              "with --data-parallel: ZeRO-1, each rank keeps and updates its shard of the optimizer state; "
+              "the scaler's found-inf flag is all-reduced (ShardedGradScaler)");
+  t->add_option("--bucket-mb", a->bucket_mb,
+                "with --data-parallel: DDP's bucket capacity in MiB, a finite number > 0; default 25")
+      ->type_name("X");
+  t->add_option("--comm-dtype", a->comm_dtype,
+                "with --data-parallel: the dtype gradients travel and are summed in: f32 (default), f16 or "
+                "bf16 (divided by the world size first)")
+      ->type_name("DTYPE");
   handlers.on(t, [a] { return cmd_train(*a); });
 }
 

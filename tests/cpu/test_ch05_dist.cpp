@@ -277,5 +277,8 @@ TEST_CASE("the found-inf seam: a ShardedGradScaler skips when another rank found
     // rank 1 after fc2.weight (1024) went to rank 0.
     CHECK(opt.owners() == std::vector<int>{1, 1, 0, 1, 1, 1});
     CHECK(opt.params().size() == 5);
+    // zero_grad() clears every gradient, also fc2.weight's, which rank 0 owns.
+    opt.zero_grad();
+    for (const float g : mpt_test::grads(*net)) REQUIRE(g == 0.0f);
   }
 }

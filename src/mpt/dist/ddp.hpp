@@ -139,7 +139,7 @@ class DistributedDataParallel {
 
  private:
   struct BucketState;
-  void on_grad(std::size_t index);
+  void on_grad(std::size_t k);
   void start(std::size_t bucket);
   void broadcast_buffers();
 

@@ -88,7 +88,8 @@ struct MpiCommunicator::Impl {
       if (done) return;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > options.timeout_seconds)
-        throw std::runtime_error(std::string(phase) + " " + describe(f) + " did not complete within " +
+        throw std::runtime_error((*phase != '\0' ? std::string(phase) + " " : std::string()) + describe(f) +
+                                 " did not complete within " +
                                  std::to_string(static_cast<int>(std::lround(options.timeout_seconds))) +
                                  " s: a rank did not make this call (it stopped, or took another branch)");
       // Spin briefly (a collective between ranks on one machine is quick),

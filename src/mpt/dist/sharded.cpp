@@ -54,6 +54,10 @@ ShardedOptimizer::ShardedOptimizer(
 
 void ShardedOptimizer::step() { local_->step(); }
 
+void ShardedOptimizer::zero_grad() {
+  for (Parameter* p : all_) p->grad.fill_zero();
+}
+
 void ShardedOptimizer::gather_masters() {
   for (std::size_t k = 0; k < all_.size(); ++k)
     comm_->broadcast(all_[k]->master.f32_data(), all_[k]->master.bytes(), owners_[k]);

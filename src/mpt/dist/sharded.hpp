@@ -48,6 +48,9 @@ class ShardedOptimizer final : public Optimizer {
                    const std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>& make);
   /// Update the owned masters (the local optimizer's step).
   void step() override;
+  /// Zero every parameter's grad, owned or not: backward accumulates into
+  /// all of them (and DDP averages all of them).
+  void zero_grad() override;
   /// Every parameter's master from its owner to every rank (one broadcast
   /// per parameter). Call it every iteration, after scaler.step(), whether
   /// or not the step was skipped: every rank must make the same calls.

@@ -20,8 +20,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   /// Update every parameter's master weights from its grad.
   virtual void step() = 0;
-  /// Set every grad to zero.
-  void zero_grad() {
+  /// Set every grad to zero (virtual: Chapter 5's sharded optimizer steps a
+  /// shard but zeroes every gradient the model accumulates into).
+  virtual void zero_grad() {
     for (Parameter* p : params_) p->grad.fill_zero();
   }
   /// The parameters this optimizer updates (GradScaler::unscale walks these grads).

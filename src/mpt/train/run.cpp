@@ -1,13 +1,16 @@
 // Chapters 04 onwards — one training run (see run.hpp).
 // Depends on: run.hpp, checkpoint.hpp; the nn tier (Mlp, Cnn,
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
-// (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the formats tier
+// (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the dist tier
+// (DistributedDataParallel, ShardedOptimizer, the found-inf reduction), the formats tier
 // (shortest_decimal), the core tier (Policy, the policy string, Rng).
 #include "mpt/train/run.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -17,6 +20,9 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
+#include "mpt/dist/communicator.hpp"
+#include "mpt/dist/ddp.hpp"
+#include "mpt/dist/sharded.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/batch_norm.hpp"
 #include "mpt/nn/cnn.hpp"
@@ -133,8 +139,11 @@ struct TrainRun::Impl {
   RunConfig config;
   std::unique_ptr<Model> net;
   TinyTransformer* lm = nullptr;  // net, when it is the Transformer
-  std::unique_ptr<SGD> sgd;
-  std::unique_ptr<AdamW> adamw;
+  // The optimizer: owned_optimizer over every parameter, or (sharded) the
+  // local one inside `zero`; sgd_local/adamw_local point at whichever it is.
+  std::unique_ptr<Optimizer> owned_optimizer;
+  SGD* sgd_local = nullptr;
+  AdamW* adamw_local = nullptr;
   Optimizer* opt = nullptr;
   GradScaler dynamic{GradScaler::Options{}};
   std::optional<StaticScaler> fixed;
@@ -144,8 +153,17 @@ struct TrainRun::Impl {
   Rng windows{0};
   std::vector<StepRecord> history;
   std::vector<std::pair<std::string, BatchNorm*>> norms;
+  // Data parallelism (Chapter 5): the ranks, DDP, and with a sharded
+  // optimizer the ShardedOptimizer whose local optimizer sgd/adamw then are.
+  DataParallel parallel;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::ShardedOptimizer> zero;
+  std::vector<std::size_t> local_index;  // per parameter: its index in the local optimizer (sharded)
 
-  explicit Impl(const RunConfig& c) : config(resolve_config(c)) {
+  int rank() const { return parallel.comm ? parallel.comm->rank() : 0; }
+  int world() const { return parallel.comm ? parallel.comm->size() : 1; }
+
+  Impl(const RunConfig& c, const DataParallel& dp) : config(resolve_config(c)), parallel(dp) {
     const std::shared_ptr<const Policy> policy = parse_policy_string(config.policy).make();
     const std::uint64_t seed = *config.seed;
     if (config.model == "mlp") {
@@ -173,22 +191,47 @@ struct TrainRun::Impl {
       windows = Rng(seed);
     }
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
-    if (config.optimizer == "sgd") {
-      SgdOptions o;
-      o.lr = config.lr;
-      o.momentum = 0.9;
-      sgd = std::make_unique<SGD>(net->parameters(), o);
-      opt = sgd.get();
-    } else {
+    if (parallel.comm != nullptr) {
+      const std::int64_t rows = lm != nullptr ? kTextBatch : kBatch;
+      (void)dist::shard_rows(rows, rank(), world());  // N must divide the batch
+      dist::DdpOptions o;
+      o.bucket_cap_mb = parallel.bucket_mb;
+      o.comm_dtype = parallel.comm_dtype;
+      o.fixed_order = parallel.fixed_order;
+      ddp = std::make_unique<dist::DistributedDataParallel>(*net, *parallel.comm, o);
+    } else if (parallel.shard_optimizer) {
+      bad_config("a sharded optimizer needs the ranks of a data-parallel run");
+    }
+    // The optimizer over `params`: all of them, or this rank's shard.
+    const auto make_optimizer = [this](std::vector<Parameter*> params) -> std::unique_ptr<Optimizer> {
+      if (config.optimizer == "sgd") {
+        SgdOptions o;
+        o.lr = config.lr;
+        o.momentum = 0.9;
+        auto made = std::make_unique<SGD>(std::move(params), o);
+        sgd_local = made.get();
+        return made;
+      }
       AdamWOptions o;
       o.lr = config.lr;
       o.weight_decay = 0.0;
-      adamw = std::make_unique<AdamW>(net->parameters(), o);
-      opt = adamw.get();
+      auto made = std::make_unique<AdamW>(std::move(params), o);
+      adamw_local = made.get();
+      return made;
+    };
+    if (parallel.shard_optimizer) {
+      zero = std::make_unique<dist::ShardedOptimizer>(net->parameters(), *parallel.comm, make_optimizer);
+      opt = zero.get();
+      std::size_t next = 0;
+      for (int owner : zero->owners()) local_index.push_back(owner == rank() ? next++ : SIZE_MAX);
+    } else {
+      owned_optimizer = make_optimizer(net->parameters());
+      opt = owned_optimizer.get();
     }
     GradScaler::Options so;
     so.enabled = config.scaler == "dynamic";
     dynamic = GradScaler(so);
+    if (zero) dynamic.set_found_inf_reduction(dist::found_inf_across(*parallel.comm));
     if (config.scaler.rfind("static:", 0) == 0) fixed.emplace(static_scale_of(config.scaler));
     for (const std::string& p : net->paths())
       if (auto* bn = dynamic_cast<BatchNorm*>(net->find(p))) norms.emplace_back(p, bn);
@@ -200,17 +243,31 @@ struct TrainRun::Impl {
     StepRecord r;
     r.step = static_cast<std::int64_t>(history.size()) + 1;
     r.scale = scale();
+    if (parallel.comm != nullptr) parallel.comm->set_tag(r.step);
+    if (ddp) ddp->before_forward();
     Tensor dlogits;
     if (lm != nullptr) {
-      const TokenBatch b = sample_windows(corpus().tokens(), text.train_begin, text.train_end, kTextBatch,
-                                          lm->config().context, windows);
+      TokenBatch b = sample_windows(corpus().tokens(), text.train_begin, text.train_end, kTextBatch,
+                                    lm->config().context, windows);
+      if (ddp) {  // this rank's windows of the global batch
+        const auto [lo, hi] = dist::shard_rows(b.batch, rank(), world());
+        const auto from = static_cast<std::ptrdiff_t>(lo * b.context),
+                   to = static_cast<std::ptrdiff_t>(hi * b.context);
+        b.inputs = std::vector<int>(b.inputs.begin() + from, b.inputs.begin() + to);
+        b.targets = std::vector<int>(b.targets.begin() + from, b.targets.begin() + to);
+        b.batch = static_cast<int>(hi - lo);
+      }
       const Tensor& logits = lm->forward_tokens(b.inputs, b.batch, b.context);
       r.loss = cross_entropy(logits, b.targets, {}, lm->context()).value(0);
       Tensor dl(DType::f32, {});
       dl.f32_data()[0] = r.scale;
       dlogits = cross_entropy_backward(logits, b.targets, {}, dl, lm->context());
     } else {
-      const Dataset b = batches->next();
+      Dataset b = batches->next();
+      if (ddp) {  // this rank's rows of the global batch
+        const auto [lo, hi] = dist::shard_rows(b.size(), rank(), world());
+        b = b.slice(lo, hi - lo);
+      }
       const Tensor& out = net->forward(b.x);
       r.loss = cross_entropy_loss(out, b.labels);
       dlogits = cross_entropy_backward(out, b.labels, r.scale);
@@ -219,6 +276,13 @@ struct TrainRun::Impl {
     else (void)dynamic.scale(r.loss);
     opt->zero_grad();
     net->backward(dlogits);
+    if (ddp) {
+      ddp->finish_backward();  // every grad: the average over the ranks
+      // The loss reported is the global batch's: the mean of the shards' means.
+      float mean = r.loss / static_cast<float>(world());
+      parallel.comm->all_reduce(&mean, 1, DType::f32, dist::ReduceOp::sum);
+      r.loss = mean;
+    }
     bool stepped = true;
     if (fixed) {
       stepped = fixed->step(*opt);
@@ -227,10 +291,48 @@ struct TrainRun::Impl {
       stepped = dynamic.step(*opt);
       dynamic.update();
     }
+    if (zero) zero->gather_masters();  // every rank, stepped or not
     net->refresh_model_copies();
     r.skipped = !stepped;
     history.push_back(r);
     return r;
+  }
+
+  // Every parameter's optimizer state `get(local index)` as flat values, in
+  // parameter order: this rank's own, or (sharded) broadcast from each
+  // parameter's owner. Collective when sharded.
+  std::vector<std::vector<float>> full_state(const std::function<MatrixF(std::size_t)>& get) const {
+    const std::vector<Parameter*> params = net->parameters();
+    std::vector<std::vector<float>> out;
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      std::vector<float> v(static_cast<std::size_t>(params[k]->master.numel()));
+      if (!zero || zero->owners()[k] == rank()) {
+        const MatrixF m = get(zero ? local_index[k] : k);
+        std::copy(m.data(), m.data() + m.size(), v.begin());
+      }
+      if (zero) parallel.comm->broadcast(v.data(), v.size() * sizeof(float), zero->owners()[k]);
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  // The entries of a per-parameter list that this rank's optimizer holds:
+  // all of them, or (sharded) the owned ones, in order.
+  std::vector<MatrixF> owned(std::vector<MatrixF> all) const {
+    if (!zero || all.empty()) return all;
+    std::vector<MatrixF> mine;
+    for (std::size_t k = 0; k < all.size(); ++k)
+      if (zero->owners()[k] == rank()) mine.push_back(std::move(all[k]));
+    return mine;
+  }
+
+  // Whether SGD's momentum buffers exist (they do after its first step); on
+  // every rank alike when sharded (a rank may own no parameter).
+  bool have_momentum() const {
+    if (sgd_local == nullptr) return false;
+    float have = sgd_local->momentum_buffers().empty() ? 0.0f : 1.0f;
+    if (zero) parallel.comm->all_reduce(&have, 1, DType::f32, dist::ReduceOp::max);
+    return have != 0.0f;
   }
 
   // The tensors and counters of a checkpoint, in order (momentum: whether
@@ -251,24 +353,19 @@ struct TrainRun::Impl {
       if (bn->running_var.numel() > 0) add("running_var/" + path, bn->running_var);
       c.counters.emplace_back("num_batches_tracked/" + path, bn->num_batches_tracked);
     }
-    if (sgd)
-      for (std::size_t i = 0; i < sgd->momentum_buffers().size(); ++i) {
-        const MatrixF& b = sgd->momentum_buffers()[i];
-        c.tensors.push_back({"sgd.momentum/" + params[i]->name, params[i]->master.shape(),
-                             std::vector<float>(b.data(), b.data() + b.size())});
-      }
-    if (adamw) {
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const MatrixF m = adamw->exp_avg(i);
-        c.tensors.push_back({"adamw.m/" + params[i]->name, params[i]->master.shape(),
-                             std::vector<float>(m.data(), m.data() + m.size())});
-      }
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        const MatrixF v = adamw->exp_avg_sq(i);
-        c.tensors.push_back({"adamw.v/" + params[i]->name, params[i]->master.shape(),
-                             std::vector<float>(v.data(), v.data() + v.size())});
-      }
-      c.counters.emplace_back("adamw.steps", adamw->step_count());
+    if (have_momentum()) {
+      const auto m = full_state([this](std::size_t i) { return sgd_local->momentum_buffers()[i]; });
+      for (std::size_t i = 0; i < params.size(); ++i)
+        c.tensors.push_back({"sgd.momentum/" + params[i]->name, params[i]->master.shape(), m[i]});
+    }
+    if (adamw_local != nullptr) {
+      const auto m = full_state([this](std::size_t i) { return adamw_local->exp_avg(i); });
+      for (std::size_t i = 0; i < params.size(); ++i)
+        c.tensors.push_back({"adamw.m/" + params[i]->name, params[i]->master.shape(), m[i]});
+      const auto v = full_state([this](std::size_t i) { return adamw_local->exp_avg_sq(i); });
+      for (std::size_t i = 0; i < params.size(); ++i)
+        c.tensors.push_back({"adamw.v/" + params[i]->name, params[i]->master.shape(), v[i]});
+      c.counters.emplace_back("adamw.steps", adamw_local->step_count());
     }
     c.scaler_state = dynamic.state_dict();
     if (batches) {
@@ -291,11 +388,14 @@ struct TrainRun::Impl {
     const bool has_momentum = std::any_of(c.tensors.begin(), c.tensors.end(), [](const TensorRecord& t) {
       return t.name.rfind("sgd.momentum/", 0) == 0;
     });
-    if (sgd && has_momentum && sgd->momentum_buffers().empty())
+    const bool mine_momentum =
+        std::any_of(mine.tensors.begin(), mine.tensors.end(),
+                    [](const TensorRecord& t) { return t.name.rfind("sgd.momentum/", 0) == 0; });
+    if (sgd_local && has_momentum && !mine_momentum)
       for (const Parameter* p : params)
         momentum_layout.push_back({"sgd.momentum/" + p->name, p->master.shape(), {}});
     for (const TensorRecord& t : momentum_layout) want.push_back(&t);
-    if (sgd && !has_momentum && !sgd->momentum_buffers().empty()) want.resize(want.size() - params.size());
+    if (sgd_local && !has_momentum && mine_momentum) want.resize(want.size() - params.size());
     if (c.tensors.size() != want.size())
       bad_config("the checkpoint holds " + std::to_string(c.tensors.size()) + " tensors, this " +
                  config.model + " run has " + std::to_string(want.size()));
@@ -338,18 +438,18 @@ struct TrainRun::Impl {
       return m;
     };
     std::vector<MatrixF> moments, m1, m2;
-    if (sgd && has_momentum)
+    if (sgd_local && has_momentum)
       for (std::size_t i = 0; i < params.size(); ++i) moments.push_back(to_matrix(tensor()));
     std::int64_t adam_steps = 0;
-    if (adamw) {
+    if (adamw_local) {
       for (std::size_t i = 0; i < params.size(); ++i) m1.push_back(to_matrix(tensor()));
       for (std::size_t i = 0; i < params.size(); ++i) m2.push_back(to_matrix(tensor()));
       adam_steps = c.counters.back().second;
-      AdamW trial(params, adamw->options());
+      AdamW trial(params, adamw_local->options());
       trial.set_state(adam_steps, m1, m2);
     }
-    if (sgd) {
-      SGD trial(params, sgd->options());
+    if (sgd_local) {
+      SGD trial(params, sgd_local->options());
       trial.set_momentum_buffers(moments);
     }
     GradScaler scaler_trial(GradScaler::Options{});
@@ -382,8 +482,8 @@ struct TrainRun::Impl {
       if (stats[i].second) bn.running_var.assign(stats[i].second->values.data(), bn.running_var.numel());
       bn.num_batches_tracked = c.counters[i].second;
     }
-    if (sgd) sgd->set_momentum_buffers(std::move(moments));
-    if (adamw) adamw->set_state(adam_steps, m1, m2);
+    if (sgd_local) sgd_local->set_momentum_buffers(owned(std::move(moments)));
+    if (adamw_local) adamw_local->set_state(adam_steps, owned(std::move(m1)), owned(std::move(m2)));
     if (dynamic.is_enabled()) dynamic.load_state_dict(c.scaler_state);
     if (batches) batches->restore(c.data_epoch, static_cast<Eigen::Index>(c.data_position));
     if (lm != nullptr) windows.set_state(c.rngs.front());
@@ -392,7 +492,8 @@ struct TrainRun::Impl {
   }
 };
 
-TrainRun::TrainRun(const RunConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+TrainRun::TrainRun(const RunConfig& config, const DataParallel& parallel)
+    : impl_(std::make_unique<Impl>(config, parallel)) {}
 TrainRun::~TrainRun() = default;
 TrainRun::TrainRun(TrainRun&&) noexcept = default;
 TrainRun& TrainRun::operator=(TrainRun&&) noexcept = default;
@@ -428,6 +529,15 @@ RunSummary TrainRun::summary() {
     r.net->train();
   }
   return s;
+}
+
+std::vector<std::int64_t> TrainRun::skipped_per_rank() {
+  std::int64_t mine = 0;
+  for (const StepRecord& h : impl_->history) mine += h.skipped;
+  if (impl_->parallel.comm == nullptr) return {mine};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(impl_->world()));
+  impl_->parallel.comm->all_gather(&mine, all.data(), sizeof mine);
+  return all;
 }
 
 std::uint64_t TrainRun::masters_checksum() const {

@@ -2,8 +2,9 @@
 // its configuration, the model, data, optimizer and scaler built from it,
 // and the record of every step. What `mpt train` drives and checkpoints.
 // Depends on: checkpoint.hpp (StepRecord,
-// RunConfig, Checkpoint); the .cpp on the nn, optim and amp tiers (the
-// models, data sets, SGD/AdamW, GradScaler/StaticScaler).
+// RunConfig, Checkpoint), the core tier (dtype.hpp); the .cpp on the nn,
+// optim, amp and dist tiers (the models, data sets, SGD/AdamW,
+// GradScaler/StaticScaler, DistributedDataParallel, ShardedOptimizer).
 //
 // The runs are the chapters' recipes, built from the library's pieces:
 //
@@ -33,9 +34,29 @@
 #include <string>
 #include <vector>
 
+#include "mpt/core/dtype.hpp"
 #include "mpt/train/checkpoint.hpp"
 
+namespace mpt::dist {
+class Communicator;
+}
+
 namespace mpt::train {
+
+/// How a run is spread over ranks (Chapter 5). The default is one process.
+/// Each rank takes its B/N rows of every batch (the Transformer: its 16/N
+/// windows), so that the global batch and its order are the one-process
+/// run's and N ranks compare with one process step by step.
+struct DataParallel {
+  /// The ranks; nullptr: one process, no DistributedDataParallel.
+  dist::Communicator* comm = nullptr;
+  /// ZeRO-1: each rank keeps and updates its shard of the optimizer state
+  /// (dist::ShardedOptimizer), the found-inf flag is all-reduced.
+  bool shard_optimizer = false;
+  double bucket_mb = 25;          ///< DdpOptions::bucket_cap_mb
+  DType comm_dtype = DType::f32;  ///< DdpOptions::comm_dtype (f32, f16, bf16)
+  bool fixed_order = false;       ///< DdpOptions::fixed_order
+};
 
 /// The configuration with every default filled in and every field checked:
 /// the model/data pair, the policy (canonical text), the scaler
@@ -62,9 +83,11 @@ struct RunSummary {
 class TrainRun {
  public:
   /// Build a fresh run (resolve_config() first; std::invalid_argument as it
-  /// throws). Loads the digits or the licence corpus on first use (a missing
+  /// throws), data-parallel over `parallel.comm` when set (std::invalid_argument
+  /// if the world size does not divide the batch, or for a bad bucket size or
+  /// communication dtype). Loads the digits or the licence corpus on first use (a missing
   /// file: DataFileMissing / std::runtime_error saying how to get it).
-  explicit TrainRun(const RunConfig& config);
+  explicit TrainRun(const RunConfig& config, const DataParallel& parallel = {});
   ~TrainRun();
   TrainRun(TrainRun&&) noexcept;             ///< moves keep the model's parameters in place
   TrainRun& operator=(TrainRun&&) noexcept;  ///< moves keep the model's parameters in place
@@ -79,7 +102,10 @@ class TrainRun {
   StepRecord step();
   /// Every step's record, in order.
   const std::vector<StepRecord>& history() const;
-  /// Everything a run needs to continue from here, bit for bit.
+  /// Everything a run needs to continue from here, bit for bit. In a
+  /// data-parallel run it is collective (a sharded optimizer's state is
+  /// gathered from each parameter's owner) and every rank gets the whole
+  /// checkpoint, the one-process format: it resumes on any world size.
   Checkpoint checkpoint() const;
   /// Continue from `c`: check_resumable(config(), c.config) first, then
   /// every tensor's name and shape against this model, the step against the
@@ -92,6 +118,9 @@ class TrainRun {
   RunSummary summary();
   /// FNV-1a 64 of every FP32 master's bytes (little-endian), in parameter order.
   std::uint64_t masters_checksum() const;
+  /// Steps this rank's scaler skipped, per rank (every rank's, gathered; one
+  /// entry in one process). Collective in a data-parallel run.
+  std::vector<std::int64_t> skipped_per_rank();
 
  private:
   struct Impl;
