@@ -148,8 +148,8 @@ TEST_CASE("the MPI backend reduces f32, f16 and bf16 as combine() does") {
   const int n = comm.size(), r = comm.rank();
   std::vector<float> f{float(r + 1), float(-r)};
   comm.all_reduce(f.data(), 2, DType::f32, ReduceOp::sum);
-  CHECK(f[0] == float(n * (n + 1) / 2));
-  CHECK(f[1] == float(-(n * (n - 1) / 2)));
+  CHECK(f[0] == static_cast<float>(n * (n + 1)) / 2);
+  CHECK(f[1] == -static_cast<float>(n * (n - 1)) / 2);
   std::vector<float> m{float(r), float(-r)};
   comm.all_reduce(m.data(), 2, DType::f32, ReduceOp::max);
   CHECK(m[0] == float(n - 1));
