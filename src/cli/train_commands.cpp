@@ -1,4 +1,5 @@
-// Chapters 04 onwards — `mpt train`: train any chapter's model with any
+// Chapters 05 onwards — `mpt train` (Chapter 4's command, data-parallel since
+// Chapter 5, hence the tag): train any chapter's model with any
 // policy and scaler, with progress, atomic checkpoints and bit-exact resume.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
 // the mpt library's train tier (run.hpp, checkpoint.hpp, test_hooks.hpp),

@@ -1,4 +1,5 @@
-// Chapters 04 onwards — one training run (see run.hpp).
+// Chapters 05 onwards — one training run (see run.hpp): Chapter 4's runs,
+// data-parallel over ranks since Chapter 5 (which is why this file is tagged 05).
 // Depends on: run.hpp, checkpoint.hpp; the nn tier (Mlp, Cnn,
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
 // (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the dist tier
