@@ -40,6 +40,7 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/core/dtype.hpp"
+#include "mpt/dist/communicator.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/data.hpp"
 #include "mpt/train/checkpoint.hpp"
