@@ -117,7 +117,9 @@ class DistributedDataParallel {
   /// accumulation. The first backward after it synchronises the sums.
   class NoSync {
    public:
+    /// From now on, `ddp`'s backward only accumulates (no_sync()).
     explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp) { ddp_->sync_ = false; }
+    /// The next backward synchronises again.
     ~NoSync() { ddp_->sync_ = true; }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
