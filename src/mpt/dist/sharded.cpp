@@ -42,12 +42,19 @@ std::vector<int> owners_of(const std::vector<Parameter*>& all, int world) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(
-    std::vector<Parameter*> all, Communicator& comm,
+    const std::vector<Parameter*>& all, Communicator& comm,
     const std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>& make)
-    : Optimizer(owned(all, owners_of(all, comm.size()), comm.rank())),
-      all_(std::move(all)),
+    : ShardedOptimizer(all, comm, make, owners_of(all, comm.size())) {}
+
+// The partition is computed once: the base class gets the owned parameters,
+// owners_ the whole list.
+ShardedOptimizer::ShardedOptimizer(
+    const std::vector<Parameter*>& all, Communicator& comm,
+    const std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>& make, std::vector<int> owners)
+    : Optimizer(owned(all, owners, comm.rank())),
+      all_(all),
       comm_(&comm),
-      owners_(owners_of(all_, comm.size())),
+      owners_(std::move(owners)),
       local_(make(params_)) {
   if (!local_) throw std::invalid_argument("ShardedOptimizer: the factory returned no optimizer");
 }

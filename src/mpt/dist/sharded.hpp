@@ -44,7 +44,7 @@ class ShardedOptimizer final : public Optimizer {
  public:
   /// Builds the local optimizer with `make` over the parameters this rank
   /// owns (partition_parameters). comm must outlive it.
-  ShardedOptimizer(std::vector<Parameter*> all, Communicator& comm,
+  ShardedOptimizer(const std::vector<Parameter*>& all, Communicator& comm,
                    const std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>& make);
   /// Update the owned masters (the local optimizer's step).
   void step() override;
@@ -61,6 +61,9 @@ class ShardedOptimizer final : public Optimizer {
   Optimizer& local() { return *local_; }
 
  private:
+  ShardedOptimizer(const std::vector<Parameter*>& all, Communicator& comm,
+                   const std::function<std::unique_ptr<Optimizer>(std::vector<Parameter*>)>& make,
+                   std::vector<int> owners);
   std::vector<Parameter*> all_;
   Communicator* comm_;
   std::vector<int> owners_;
