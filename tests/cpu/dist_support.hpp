@@ -51,11 +51,7 @@ class MirrorWorld final : public mpt::dist::Communicator {
                                                                 mpt::dist::ReduceOp op) override {
     ++started;
     all_reduce(data, count, dtype, op);
-    struct Done final : mpt::dist::PendingAllReduce {
-      void wait() override {}
-      bool progress() override { return true; }
-    };
-    return std::make_unique<Done>();
+    return mpt::dist::finished_all_reduce();
   }
   void broadcast(void*, std::size_t, int) override { ++broadcasts; }
   void all_gather(const void* send, void* recv, std::size_t bytes) override {

@@ -101,6 +101,8 @@ class DoneAllReduce final : public PendingAllReduce {
 };
 }  // namespace
 
+std::unique_ptr<PendingAllReduce> finished_all_reduce() { return std::make_unique<DoneAllReduce>(); }
+
 void LocalCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, ReduceOp op) {
   (void)data;
   (void)op;
@@ -110,7 +112,7 @@ void LocalCommunicator::all_reduce(void* data, std::int64_t count, DType dtype, 
 std::unique_ptr<PendingAllReduce> LocalCommunicator::start_all_reduce(void* data, std::int64_t count,
                                                                       DType dtype, ReduceOp op) {
   all_reduce(data, count, dtype, op);
-  return std::make_unique<DoneAllReduce>();
+  return finished_all_reduce();
 }
 
 void LocalCommunicator::broadcast(void* data, std::size_t bytes, int root) {
