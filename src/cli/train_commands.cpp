@@ -302,8 +302,8 @@ void draw_plot(const std::string& path, const std::vector<tr::StepRecord>& histo
   mpt::cli::write_atomically(path, svg.str());
 }
 
-// The ranks of a --data-parallel run (MPI starts here, once) and this
-// rank's kill point (MPT_TRAIN_KILL_RANK restricts the test hook to one rank).
+// The ranks of a --data-parallel run (MPI starts here, once); nullptr for
+// a one-process run.
 mpt::dist::Communicator* world_of(const Plan& p) {
 #if MPT_HAVE_MPI
   if (!p.data_parallel) return nullptr;

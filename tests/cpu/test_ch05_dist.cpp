@@ -90,9 +90,8 @@ TEST_CASE("a collective refuses fp8 buffers and negative counts with one line") 
 }
 
 TEST_CASE("the fixed-order all-reduce adds the ranks' buffers one after another") {
-  // In a mirror world of 3, ((x + x) + x) in f16: 3 · 21000 = 63000 is f16's
-  // 62976 or 63008 only after each pair is rounded; a single rounding of
-  // the exact 63000 may differ. Here the pairwise result is what counts.
+  // In a mirror world of 3 the result must be ((x + x) + x), each pair
+  // rounded to f16: what two combine() calls give.
   MirrorWorld three(0, 3);
   auto a = halves({21000.0f, 0.1f});
   mpt::dist::all_reduce_fixed_order(three, a.data(), 2, DType::f16, ReduceOp::sum);

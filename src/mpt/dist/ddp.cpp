@@ -20,7 +20,6 @@ struct DistributedDataParallel::BucketState {
   std::vector<unsigned char> buffer;
   std::unique_ptr<PendingAllReduce> pending;
   std::size_t ready = 0;  // parameters of the bucket whose gradient is complete
-  bool started = false;
 };
 
 namespace {
@@ -156,7 +155,6 @@ void DistributedDataParallel::start(std::size_t b) {
     at += n;
   }
   current_.bytes += static_cast<std::int64_t>(s.buffer.size());
-  s.started = true;
   if (options_.fixed_order) {
     all_reduce_fixed_order(*comm_, s.buffer.data(), bucket.elements, d, ReduceOp::sum);
   } else {
@@ -201,7 +199,6 @@ void DistributedDataParallel::finish_backward() {
       at += n;
     }
     s.ready = 0;
-    s.started = false;
   }
   std::fill(seen_.begin(), seen_.end(), 0);
   next_bucket_ = 0;
