@@ -2,14 +2,18 @@
 // The reduction every backend applies (f16/bf16 rounding, overflow, NaN),
 // the fixed-order all-reduce, bucket assignment, the gradient-ready hook
 // (a tied weight's two contributions), no_sync, pre-division, the ZeRO
-// partition and the found-inf seam of GradScaler. The multi-rank behaviour
-// is tested under mpiexec (tests/mpi/).
+// partition and the found-inf seam of GradScaler; ThreadWorld (N ranks as
+// threads: its collectives, its checks, DDP on it). The multi-process
+// behaviour is tested under mpiexec (tests/mpi/).
 // Depends on: the dist tier, the nn/optim/amp tiers, doctest, dist_support.hpp.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
+#include <atomic>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist_support.hpp"
@@ -17,6 +21,7 @@
 #include "mpt/dist/communicator.hpp"
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sharded.hpp"
+#include "mpt/dist/thread_world.hpp"
 #include "mpt/formats/storage.hpp"
 #include "mpt/nn/softmax.hpp"
 #include "mpt/nn/text_data.hpp"
@@ -279,5 +284,122 @@ TEST_CASE("the found-inf seam: a ShardedGradScaler skips when another rank found
     // zero_grad() clears every gradient, also fc2.weight's, which rank 0 owns.
     opt.zero_grad();
     for (const float g : mpt_test::grads(*net)) REQUIRE(g == 0.0f);
+  }
+}
+
+// --- ThreadWorld: N ranks in one process --------------------------------------------
+
+TEST_CASE("ThreadWorld: all-reduce, broadcast and all-gather on every rank, in rank order") {
+  mpt::dist::ThreadWorld world(3);
+  std::vector<std::vector<float>> sums(3), gathered(3), bcast(3);
+  std::vector<std::vector<Eigen::half>> halfsums(3);
+  world.run([&](mpt::dist::Communicator& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    CHECK(c.size() == 3);
+    CHECK(std::string(c.backend()) == "threads");
+    std::vector<float> v{1.0f + static_cast<float>(r), -2.0f * static_cast<float>(r)};
+    c.all_reduce(v.data(), 2, DType::f32, ReduceOp::sum);
+    sums[r] = v;
+    // An f16 sum rounded after each pair, in rank order: 2048 + 1 + 1.
+    std::vector<Eigen::half> h = halves({r == 0 ? 2048.0f : 1.0f});
+    c.all_reduce(h.data(), 1, DType::f16, ReduceOp::sum);
+    halfsums[r] = h;
+    std::vector<float> b{static_cast<float>(r) * 10};
+    c.broadcast(b.data(), sizeof(float), 2);
+    bcast[r] = b;
+    const float mine = static_cast<float>(r) + 0.5f;
+    std::vector<float> all(3);
+    c.all_gather(&mine, all.data(), sizeof(float));
+    gathered[r] = all;
+    c.barrier();
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(sums[r] == std::vector<float>{6.0f, -6.0f});
+    // (2048 + 1) rounds to 2048 (ties to even), and again: 2048, not 2050.
+    CHECK(floats(halfsums[r]) == std::vector<float>{2048.0f});
+    CHECK(bcast[r] == std::vector<float>{20.0f});
+    CHECK(gathered[r] == std::vector<float>{0.5f, 1.5f, 2.5f});
+  }
+}
+
+TEST_CASE("ThreadWorld: ranks that make different calls end with both calls named, never a hang") {
+  mpt::dist::ThreadWorld world(2, 5.0);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(world.run([](mpt::dist::Communicator& c) {
+    c.set_tag(3);
+    float flag = 0;
+    if (c.rank() == 0) c.all_reduce(&flag, 1, DType::f32, ReduceOp::max);
+    else c.barrier();
+  }),
+                    "the ranks disagree on a collective: rank 0 calls all_reduce(f32 x 1, max) as collective #1 "
+                    "(tag 3), rank 1 calls barrier() as collective #1 (tag 3)");
+  // A rank that returns while another waits in a call it never makes.
+  CHECK_THROWS_WITH(world.run([](mpt::dist::Communicator& c) {
+    float g = 1;
+    if (c.rank() == 0) c.all_reduce(&g, 1, DType::f32, ReduceOp::sum);
+  }),
+                    "rank 1 of 2 returned without making all_reduce(f32 x 1, sum) as collective #1 (tag 0), "
+                    "which rank 0 waits in");
+  // A rank that throws: its message, not the waiting rank's.
+  CHECK_THROWS_WITH(world.run([](mpt::dist::Communicator& c) {
+    if (c.rank() == 1) throw std::runtime_error("out of memory in step 4");
+    c.barrier();
+  }),
+                    "rank 1 of 2: out of memory in step 4");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
+  // A rank that is slow past the timeout.
+  mpt::dist::ThreadWorld impatient(2, 0.2);
+  CHECK_THROWS_WITH(impatient.run([](mpt::dist::Communicator& c) {
+    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    c.barrier();
+  }),
+                    "rank 0 of 2: barrier() as collective #1 (tag 0) did not complete within 0.2 s: rank(s) 1 did "
+                    "not make this call");
+  // The same world runs again afterwards, from collective #1.
+  int ok = 0;
+  std::atomic<int> done{0};
+  world.run([&](mpt::dist::Communicator& c) {
+    c.barrier();
+    if (c.rank() == 0) ok = 1;
+    ++done;
+  });
+  CHECK(ok == 1);
+  CHECK(done == 2);
+  CHECK_THROWS_WITH(mpt::dist::ThreadWorld(0), "ThreadWorld: 0 ranks; valid: 1 .. 64");
+}
+
+TEST_CASE("ThreadWorld: DDP on 2 and 4 ranks keeps the replicas equal and matches one process") {
+  // One SGD step of the blobs MLP on a batch of 64: the whole batch in one
+  // process, against 2 and 4 ranks of 64/N rows each.
+  mpt::Batches b0(mpt_test::blobs(), 64, 1234);
+  const mpt::Dataset batch = b0.next();
+  auto one = mpt_test::blobs_mlp();
+  mpt::SGD opt1(one->parameters(), mpt::SgdOptions{0.05});
+  opt1.zero_grad();
+  (void)mpt_test::shard_backward(*one, batch, 0, 1, 1.0f);
+  opt1.step();
+  const std::vector<float> expect = mpt_test::masters(*one);
+  for (const int n : {2, 4}) {
+    mpt::dist::ThreadWorld world(n);
+    std::vector<std::vector<float>> after(static_cast<std::size_t>(n));
+    world.run([&](mpt::dist::Communicator& c) {
+      auto net = mpt_test::blobs_mlp();
+      mpt::dist::DistributedDataParallel ddp(*net, c, mpt::dist::DdpOptions{});
+      mpt::SGD opt(net->parameters(), mpt::SgdOptions{0.05});
+      opt.zero_grad();
+      ddp.before_forward();
+      (void)mpt_test::shard_backward(*net, batch, c.rank(), c.size(), 1.0f);
+      ddp.finish_backward();
+      opt.step();
+      after[static_cast<std::size_t>(c.rank())] = mpt_test::masters(*net);
+    });
+    CAPTURE(n);
+    for (int r = 1; r < n; ++r) CHECK(mpt_test::bits_differ(after[0], after[static_cast<std::size_t>(r)]) == 0);
+    double worst = 0;
+    for (std::size_t i = 0; i < expect.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(after[0][i] - expect[i])));
+    CHECK(worst > 0);      // a different order of sums: not the same bits,
+    CHECK(worst < 1e-6);   // but within f32 rounding of them
   }
 }

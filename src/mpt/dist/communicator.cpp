@@ -91,6 +91,42 @@ void all_reduce_fixed_order(Communicator& comm, void* data, std::int64_t count, 
     combine(data, all.data() + bytes * static_cast<std::size_t>(r), count, dtype, op);
 }
 
+// --- the description of a call ---------------------------------------------------
+
+std::array<std::int64_t, 7> CollectiveCall::fields() const {
+  return {seq, tag, static_cast<std::int64_t>(kind), static_cast<std::int64_t>(dtype),
+          static_cast<std::int64_t>(op), count, root};
+}
+
+CollectiveCall CollectiveCall::from_fields(const std::int64_t* v) {
+  CollectiveCall c;
+  c.seq = v[0];
+  c.tag = v[1];
+  c.kind = static_cast<Kind>(v[2]);
+  c.dtype = static_cast<DType>(v[3]);
+  c.op = static_cast<ReduceOp>(v[4]);
+  c.count = v[5];
+  c.root = v[6];
+  return c;
+}
+
+std::string CollectiveCall::describe() const {
+  std::string s;
+  switch (kind) {
+    case Kind::all_reduce:
+      s = "all_reduce(" + std::string(dtype_name(dtype)) + " x " + std::to_string(count) + ", " +
+          reduce_op_name(op) + ")";
+      break;
+    case Kind::broadcast:
+      s = "broadcast(" + std::to_string(count) + " bytes from rank " + std::to_string(root) + ")";
+      break;
+    case Kind::all_gather: s = "all_gather(" + std::to_string(count) + " bytes)"; break;
+    case Kind::barrier: s = "barrier()"; break;
+    default: s = "an unknown call";
+  }
+  return s + " as collective #" + std::to_string(seq) + " (tag " + std::to_string(tag) + ")";
+}
+
 // --- the world of one --------------------------------------------------------------
 
 namespace {

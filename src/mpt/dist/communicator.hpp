@@ -18,6 +18,7 @@
 // bits do not depend on the engine's reduction algorithm.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -127,6 +128,27 @@ class LocalCommunicator final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void all_gather(const void* send, void* recv, std::size_t bytes) override;
   void barrier() override {}
+};
+
+/// One collective call as a rank is about to make it: what a backend that
+/// checks calls compares across ranks (every field must agree), and how its
+/// messages name the call.
+struct CollectiveCall {
+  /// The collectives.
+  enum class Kind : std::int64_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4 };
+  std::int64_t seq = 0;          ///< this rank's count of collectives so far, this one included
+  std::int64_t tag = 0;          ///< Communicator::tag() when it was made
+  Kind kind = Kind::barrier;     ///< which call
+  DType dtype = DType::f32;      ///< all_reduce's element type (f32 for the others)
+  ReduceOp op = ReduceOp::sum;   ///< all_reduce's op (sum for the others)
+  std::int64_t count = 0;        ///< all_reduce: elements; broadcast, all_gather: bytes
+  std::int64_t root = 0;         ///< broadcast's root (0 for the others)
+  /// The fields as seven integers (what MPI exchanges).
+  std::array<std::int64_t, 7> fields() const;
+  /// The inverse of fields().
+  static CollectiveCall from_fields(const std::int64_t* v);
+  /// "all_reduce(f32 x 1, max) as collective #12 (tag 3)".
+  std::string describe() const;
 };
 
 /// Throws std::invalid_argument naming `who` unless count >= 0 and the

@@ -27,30 +27,7 @@ void mpi_combine(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   combine(inout, in, *len, D, Op);  // commutative, so inout op in = in op inout
 }
 
-enum class Kind : std::int64_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4 };
-
-// What a rank is about to call: compared across ranks when check_calls is on.
-struct Fingerprint {
-  std::int64_t seq = 0, tag = 0, kind = 0, dtype = 0, op = 0, count = 0, root = 0;
-  std::array<std::int64_t, 7> fields() const { return {seq, tag, kind, dtype, op, count, root}; }
-};
-
-std::string describe(const Fingerprint& f) {
-  std::string s;
-  switch (static_cast<Kind>(f.kind)) {
-    case Kind::all_reduce:
-      s = "all_reduce(" + std::string(dtype_name(static_cast<DType>(f.dtype))) + " x " +
-          std::to_string(f.count) + ", " + reduce_op_name(static_cast<ReduceOp>(f.op)) + ")";
-      break;
-    case Kind::broadcast:
-      s = "broadcast(" + std::to_string(f.count) + " bytes from rank " + std::to_string(f.root) + ")";
-      break;
-    case Kind::all_gather: s = "all_gather(" + std::to_string(f.count) + " bytes)"; break;
-    case Kind::barrier: s = "barrier()"; break;
-    default: s = "an unknown call";
-  }
-  return s + " as collective #" + std::to_string(f.seq) + " (tag " + std::to_string(f.tag) + ")";
-}
+using Kind = CollectiveCall::Kind;
 
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -80,7 +57,7 @@ struct MpiCommunicator::Impl {
   MPI_Op f16_sum{}, f16_max{}, bf16_sum{}, bf16_max{}, f32_max{};
 
   // Wait for r, polling, until the deadline; then throw naming the call.
-  void wait(MPI_Request& r, const Fingerprint& f, const char* phase) const {
+  void wait(MPI_Request& r, const CollectiveCall& f, const char* phase) const {
     const auto start = std::chrono::steady_clock::now();
     int done = 0;
     for (int spins = 0;; ++spins) {
@@ -88,7 +65,7 @@ struct MpiCommunicator::Impl {
       if (done) return;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > options.timeout_seconds)
-        throw std::runtime_error((*phase != '\0' ? std::string(phase) + " " : std::string()) + describe(f) +
+        throw std::runtime_error((*phase != '\0' ? std::string(phase) + " " : std::string()) + f.describe() +
                                  " did not complete within " +
                                  std::to_string(static_cast<int>(std::lround(options.timeout_seconds))) +
                                  " s: a rank did not make this call (it stopped, or took another branch)");
@@ -99,13 +76,13 @@ struct MpiCommunicator::Impl {
     }
   }
 
-  Fingerprint next(Kind kind, std::int64_t tag, DType dtype, ReduceOp op, std::int64_t count, int root) {
-    Fingerprint f;
+  CollectiveCall next(Kind kind, std::int64_t tag, DType dtype, ReduceOp op, std::int64_t count, int root) {
+    CollectiveCall f;
     f.seq = ++seq;
     f.tag = tag;
-    f.kind = static_cast<std::int64_t>(kind);
-    f.dtype = static_cast<std::int64_t>(dtype);
-    f.op = static_cast<std::int64_t>(op);
+    f.kind = kind;
+    f.dtype = dtype;
+    f.op = op;
     f.count = count;
     f.root = root;
     if (options.check_calls) check(f);
@@ -114,7 +91,7 @@ struct MpiCommunicator::Impl {
 
   // Every rank shares the fingerprint of its next call; any difference ends
   // the call here, naming the first rank that differs.
-  void check(const Fingerprint& f) const {
+  void check(const CollectiveCall& f) const {
     const std::array<std::int64_t, 7> mine = f.fields();
     std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size));
     MPI_Request r{};
@@ -123,18 +100,11 @@ struct MpiCommunicator::Impl {
               "MPI_Iallgather");
     wait(r, f, "the check before");
     for (int q = 0; q < size; ++q) {
-      Fingerprint other;
-      const std::int64_t* v = all.data() + mine.size() * static_cast<std::size_t>(q);
-      other.seq = v[0];
-      other.tag = v[1];
-      other.kind = v[2];
-      other.dtype = v[3];
-      other.op = v[4];
-      other.count = v[5];
-      other.root = v[6];
+      const CollectiveCall other =
+          CollectiveCall::from_fields(all.data() + mine.size() * static_cast<std::size_t>(q));
       if (other.fields() != mine)
-        throw std::runtime_error("the ranks disagree on a collective: this rank calls " + describe(f) +
-                                 ", rank " + std::to_string(q) + " calls " + describe(other));
+        throw std::runtime_error("the ranks disagree on a collective: this rank calls " + f.describe() +
+                                 ", rank " + std::to_string(q) + " calls " + other.describe());
     }
   }
 
@@ -191,7 +161,7 @@ const MpiCommunicator::Options& MpiCommunicator::options() const { return impl_-
 namespace {
 class MpiPending final : public PendingAllReduce {
  public:
-  MpiPending(const MpiCommunicator::Impl* impl, MPI_Request r, Fingerprint f) : impl_(impl), r_(r), f_(f) {}
+  MpiPending(const MpiCommunicator::Impl* impl, MPI_Request r, CollectiveCall f) : impl_(impl), r_(r), f_(f) {}
   ~MpiPending() override {
     if (done_) return;
     try {
@@ -219,7 +189,7 @@ class MpiPending final : public PendingAllReduce {
  private:
   const MpiCommunicator::Impl* impl_;
   MPI_Request r_;
-  Fingerprint f_;
+  CollectiveCall f_;
   bool done_ = false;
 };
 }  // namespace
@@ -228,7 +198,7 @@ std::unique_ptr<PendingAllReduce> MpiCommunicator::start_all_reduce(void* data, 
                                                                     DType dtype, ReduceOp op) {
   check_buffer("all_reduce", count, dtype);
   const int n = checked_count(count, "all_reduce");
-  const Fingerprint f = impl_->next(Kind::all_reduce, tag(), dtype, op, count, 0);
+  const CollectiveCall f = impl_->next(Kind::all_reduce, tag(), dtype, op, count, 0);
   MPI_Request r{};
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, n, Impl::type_for(dtype), impl_->op_for(dtype, op),
                            MPI_COMM_WORLD, &r),
@@ -246,7 +216,7 @@ void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
                                 std::to_string(impl_->size) + " ranks (valid: 0 to " +
                                 std::to_string(impl_->size - 1) + ")");
   const int n = checked_count(static_cast<std::int64_t>(bytes), "broadcast");
-  const Fingerprint f = impl_->next(Kind::broadcast, tag(), DType::f32, ReduceOp::sum, n, root);
+  const CollectiveCall f = impl_->next(Kind::broadcast, tag(), DType::f32, ReduceOp::sum, n, root);
   MPI_Request r{};
   check_mpi(MPI_Ibcast(data, n, MPI_BYTE, root, MPI_COMM_WORLD, &r), "MPI_Ibcast");
   impl_->wait(r, f, "");
@@ -254,14 +224,14 @@ void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t bytes) {
   const int n = checked_count(static_cast<std::int64_t>(bytes), "all_gather");
-  const Fingerprint f = impl_->next(Kind::all_gather, tag(), DType::f32, ReduceOp::sum, n, 0);
+  const CollectiveCall f = impl_->next(Kind::all_gather, tag(), DType::f32, ReduceOp::sum, n, 0);
   MPI_Request r{};
   check_mpi(MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD, &r), "MPI_Iallgather");
   impl_->wait(r, f, "");
 }
 
 void MpiCommunicator::barrier() {
-  const Fingerprint f = impl_->next(Kind::barrier, tag(), DType::f32, ReduceOp::sum, 0, 0);
+  const CollectiveCall f = impl_->next(Kind::barrier, tag(), DType::f32, ReduceOp::sum, 0, 0);
   MPI_Request r{};
   check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &r), "MPI_Ibarrier");
   impl_->wait(r, f, "");
