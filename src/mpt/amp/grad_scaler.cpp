@@ -87,8 +87,10 @@ void unscale_recorded(Records& records, Optimizer& optimizer, float scale, const
     throw std::logic_error(name +
                            "::unscale() is being called after step(); call update() to end the "
                            "iteration, and unscale the next iteration's gradients before its step()");
+  //! [found-inf-seam]
   r.found_inf = unscale_grads(optimizer, inverse_scale(scale));
   if (reduce != nullptr && *reduce) r.found_inf = (*reduce)(r.found_inf.value_or(false));
+  //! [found-inf-seam]
   r.stage = OptState::unscaled;
 }
 

@@ -121,6 +121,7 @@ void DistributedDataParallel::on_grad(std::size_t k) {
     throw std::logic_error(params_[k]->name + " received " + std::to_string(seen_[k]) +
                            " gradient contributions in one backward; the first backward gave it " +
                            std::to_string(expected_[k]));
+  //! [ddp-bucket-ready]
   if (seen_[k] < expected_[k]) return;
   BucketState& s = *state_[bucket_of_[k]];
   ++s.ready;
@@ -131,6 +132,7 @@ void DistributedDataParallel::on_grad(std::size_t k) {
     ++current_.buckets_started_in_backward;
     ++next_bucket_;
   }
+  //! [ddp-bucket-ready]
 }
 
 void DistributedDataParallel::start(std::size_t b) {
@@ -139,6 +141,7 @@ void DistributedDataParallel::start(std::size_t b) {
   const DType d = options_.comm_dtype;
   const std::size_t eb = element_bytes(d);
   s.buffer.resize(static_cast<std::size_t>(bucket.elements) * eb);
+  //! [ddp-predivide]
   const auto pre = static_cast<float>(1.0 / options_.predivide_factor);
   std::vector<float> scratch;
   std::size_t at = 0;
@@ -154,6 +157,7 @@ void DistributedDataParallel::start(std::size_t b) {
     else to_bf16(scratch.data(), reinterpret_cast<Eigen::bfloat16*>(out), n);
     at += n;
   }
+  //! [ddp-predivide]
   current_.bytes += static_cast<std::int64_t>(s.buffer.size());
   if (options_.fixed_order) {
     all_reduce_fixed_order(*comm_, s.buffer.data(), bucket.elements, d, ReduceOp::sum);

@@ -70,6 +70,7 @@ void ShardedOptimizer::gather_masters() {
     comm_->broadcast(all_[k]->master.f32_data(), all_[k]->master.bytes(), owners_[k]);
 }
 
+//! [found-inf-across]
 GradScaler::FoundInfReduction found_inf_across(Communicator& comm) {
   return [&comm](bool here) {
     float flag = here ? 1.0f : 0.0f;
@@ -77,6 +78,7 @@ GradScaler::FoundInfReduction found_inf_across(Communicator& comm) {
     return flag != 0.0f;
   };
 }
+//! [found-inf-across]
 
 ShardedGradScaler::ShardedGradScaler(Communicator& comm, const Options& options) : GradScaler(options) {
   set_found_inf_reduction(found_inf_across(comm));
