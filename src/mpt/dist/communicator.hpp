@@ -5,8 +5,9 @@
 // The few collective calls data-parallel training needs — all-reduce (sum
 // or max) of f32, f16 and bf16 buffers, blocking or started and waited for
 // later, broadcast, all-gather, barrier — behind one interface with a
-// backend per engine: LocalCommunicator here (a world of one process: the
-// notebooks and the unit tests), MpiCommunicator (mpi_communicator.hpp,
+// backend per engine: LocalCommunicator here (a world of one process),
+// ThreadWorld (thread_world.hpp: N ranks as threads of one process, for the
+// pitfalls, the notebook and the unit tests), MpiCommunicator (mpi_communicator.hpp,
 // OpenMPI, the optional target mpt::dist_mpi) for CPU ranks. No transport
 // of our own: a backend only forwards to its engine.
 //
