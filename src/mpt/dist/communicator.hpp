@@ -9,7 +9,8 @@
 // ThreadWorld (thread_world.hpp: N ranks as threads of one process, for the
 // pitfalls, the notebook and the unit tests), MpiCommunicator (mpi_communicator.hpp,
 // OpenMPI, the optional target mpt::dist_mpi) for CPU ranks. No transport
-// of our own: a backend only forwards to its engine.
+// of our own between processes: those backends only forward to their
+// engine (ThreadWorld's ranks share memory, and copy).
 //
 // What every backend computes is fixed here, not by the engine: combine()
 // is the one elementwise reduction (for f16 and bf16: both operands to
@@ -137,13 +138,13 @@ class LocalCommunicator final : public Communicator {
 struct CollectiveCall {
   /// The collectives.
   enum class Kind : std::int64_t { all_reduce = 1, broadcast = 2, all_gather = 3, barrier = 4 };
-  std::int64_t seq = 0;          ///< this rank's count of collectives so far, this one included
-  std::int64_t tag = 0;          ///< Communicator::tag() when it was made
-  Kind kind = Kind::barrier;     ///< which call
-  DType dtype = DType::f32;      ///< all_reduce's element type (f32 for the others)
-  ReduceOp op = ReduceOp::sum;   ///< all_reduce's op (sum for the others)
-  std::int64_t count = 0;        ///< all_reduce: elements; broadcast, all_gather: bytes
-  std::int64_t root = 0;         ///< broadcast's root (0 for the others)
+  std::int64_t seq = 0;         ///< this rank's count of collectives so far, this one included
+  std::int64_t tag = 0;         ///< Communicator::tag() when it was made
+  Kind kind = Kind::barrier;    ///< which call
+  DType dtype = DType::f32;     ///< all_reduce's element type (f32 for the others)
+  ReduceOp op = ReduceOp::sum;  ///< all_reduce's op (sum for the others)
+  std::int64_t count = 0;       ///< all_reduce: elements; broadcast, all_gather: bytes
+  std::int64_t root = 0;        ///< broadcast's root (0 for the others)
   /// The fields as seven integers (what MPI exchanges).
   std::array<std::int64_t, 7> fields() const;
   /// The inverse of fields().
