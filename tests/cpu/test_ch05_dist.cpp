@@ -8,9 +8,9 @@
 // Depends on: the dist tier, the nn/optim/amp tiers, doctest, dist_support.hpp.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <atomic>
 #include <limits>
 #include <string>
 #include <thread>
@@ -326,14 +326,15 @@ TEST_CASE("ThreadWorld: all-reduce, broadcast and all-gather on every rank, in r
 TEST_CASE("ThreadWorld: ranks that make different calls end with both calls named, never a hang") {
   mpt::dist::ThreadWorld world(2, 5.0);
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(world.run([](mpt::dist::Communicator& c) {
-    c.set_tag(3);
-    float flag = 0;
-    if (c.rank() == 0) c.all_reduce(&flag, 1, DType::f32, ReduceOp::max);
-    else c.barrier();
-  }),
-                    "the ranks disagree on a collective: rank 0 calls all_reduce(f32 x 1, max) as collective #1 "
-                    "(tag 3), rank 1 calls barrier() as collective #1 (tag 3)");
+  CHECK_THROWS_WITH(
+      world.run([](mpt::dist::Communicator& c) {
+        c.set_tag(3);
+        float flag = 0;
+        if (c.rank() == 0) c.all_reduce(&flag, 1, DType::f32, ReduceOp::max);
+        else c.barrier();
+      }),
+      "the ranks disagree on a collective: rank 0 calls all_reduce(f32 x 1, max) as collective #1 "
+      "(tag 3), rank 1 calls barrier() as collective #1 (tag 3)");
   // A rank that returns while another waits in a call it never makes.
   CHECK_THROWS_WITH(world.run([](mpt::dist::Communicator& c) {
     float g = 1;
@@ -350,12 +351,13 @@ TEST_CASE("ThreadWorld: ranks that make different calls end with both calls name
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
   // A rank that is slow past the timeout.
   mpt::dist::ThreadWorld impatient(2, 0.2);
-  CHECK_THROWS_WITH(impatient.run([](mpt::dist::Communicator& c) {
-    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
-    c.barrier();
-  }),
-                    "rank 0 of 2: barrier() as collective #1 (tag 0) did not complete within 0.2 s: rank(s) 1 did "
-                    "not make this call");
+  CHECK_THROWS_WITH(
+      impatient.run([](mpt::dist::Communicator& c) {
+        if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+        c.barrier();
+      }),
+      "rank 0 of 2: barrier() as collective #1 (tag 0) did not complete within 0.2 s: rank(s) 1 did "
+      "not make this call");
   // The same world runs again afterwards, from collective #1.
   int ok = 0;
   std::atomic<int> done{0};
@@ -395,11 +397,12 @@ TEST_CASE("ThreadWorld: DDP on 2 and 4 ranks keeps the replicas equal and matche
       after[static_cast<std::size_t>(c.rank())] = mpt_test::masters(*net);
     });
     CAPTURE(n);
-    for (int r = 1; r < n; ++r) CHECK(mpt_test::bits_differ(after[0], after[static_cast<std::size_t>(r)]) == 0);
+    for (int r = 1; r < n; ++r)
+      CHECK(mpt_test::bits_differ(after[0], after[static_cast<std::size_t>(r)]) == 0);
     double worst = 0;
     for (std::size_t i = 0; i < expect.size(); ++i)
       worst = std::max(worst, static_cast<double>(std::fabs(after[0][i] - expect[i])));
-    CHECK(worst > 0);      // a different order of sums: not the same bits,
-    CHECK(worst < 1e-6);   // but within f32 rounding of them
+    CHECK(worst > 0);     // a different order of sums: not the same bits,
+    CHECK(worst < 1e-6);  // but within f32 rounding of them
   }
 }

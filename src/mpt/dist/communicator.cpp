@@ -94,8 +94,13 @@ void all_reduce_fixed_order(Communicator& comm, void* data, std::int64_t count, 
 // --- the description of a call ---------------------------------------------------
 
 std::array<std::int64_t, 7> CollectiveCall::fields() const {
-  return {seq, tag, static_cast<std::int64_t>(kind), static_cast<std::int64_t>(dtype),
-          static_cast<std::int64_t>(op), count, root};
+  return {seq,
+          tag,
+          static_cast<std::int64_t>(kind),
+          static_cast<std::int64_t>(dtype),
+          static_cast<std::int64_t>(op),
+          count,
+          root};
 }
 
 CollectiveCall CollectiveCall::from_fields(const std::int64_t* v) {

@@ -161,7 +161,8 @@ const MpiCommunicator::Options& MpiCommunicator::options() const { return impl_-
 namespace {
 class MpiPending final : public PendingAllReduce {
  public:
-  MpiPending(const MpiCommunicator::Impl* impl, MPI_Request r, CollectiveCall f) : impl_(impl), r_(r), f_(f) {}
+  MpiPending(const MpiCommunicator::Impl* impl, MPI_Request r, CollectiveCall f)
+      : impl_(impl), r_(r), f_(f) {}
   ~MpiPending() override {
     if (done_) return;
     try {

@@ -90,8 +90,8 @@ struct ThreadWorld::State {
       case Kind::broadcast:
         for (int q = 0; q < n; ++q)
           if (q != first.root && bytes > 0)
-            std::memcpy(slots[static_cast<std::size_t>(q)].data, slots[static_cast<std::size_t>(first.root)].data,
-                        bytes);
+            std::memcpy(slots[static_cast<std::size_t>(q)].data,
+                        slots[static_cast<std::size_t>(first.root)].data, bytes);
         break;
       case Kind::all_gather:
         for (Slot& to : slots)
@@ -139,9 +139,10 @@ struct ThreadWorld::State {
       if (cv.wait_until(lock, deadline) == std::cv_status::timeout && generation == gen && failure.empty()) {
         std::string missing;
         for (int q = 0; q < n; ++q)
-          if (!slots[static_cast<std::size_t>(q)].present) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        fail(what + " did not complete within " + seconds_text(timeout_seconds) +
-             " s: rank(s) " + missing + " did not make this call");
+          if (!slots[static_cast<std::size_t>(q)].present)
+            missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        fail(what + " did not complete within " + seconds_text(timeout_seconds) + " s: rank(s) " + missing +
+             " did not make this call");
         throw std::runtime_error(failure);
       }
     }
@@ -175,7 +176,8 @@ class ThreadCommunicator final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override {
     if (root < 0 || root >= s_.n)
       throw std::invalid_argument("broadcast: root " + std::to_string(root) + " in a world of " +
-                                  std::to_string(s_.n) + " ranks (valid: 0 .. " + std::to_string(s_.n - 1) + ")");
+                                  std::to_string(s_.n) + " ranks (valid: 0 .. " + std::to_string(s_.n - 1) +
+                                  ")");
     ThreadWorld::State::Slot slot;
     slot.call = next(Kind::broadcast, DType::f32, ReduceOp::sum, static_cast<std::int64_t>(bytes), root);
     slot.data = data;
