@@ -148,13 +148,22 @@ void DistributedDataParallel::start(std::size_t b) {
   for (std::size_t k : bucket.params) {
     const Tensor& g = params_[k]->grad;
     const auto n = static_cast<std::size_t>(g.numel());
-    scratch.assign(g.f32_data(), g.f32_data() + n);
-    if (pre != 1.0f)
-      for (float& x : scratch) x *= pre;
     unsigned char* out = s.buffer.data() + at * eb;
-    if (d == DType::f32) std::memcpy(out, scratch.data(), n * sizeof(float));
-    else if (d == DType::f16) to_fp16(scratch.data(), reinterpret_cast<Eigen::half*>(out), n);
-    else to_bf16(scratch.data(), reinterpret_cast<Eigen::bfloat16*>(out), n);
+    const float* in = g.f32_data();
+    if (d == DType::f32) {  // one pass: scaled while copied, as PyTorch's reducer
+      auto* o = reinterpret_cast<float*>(out);
+      if (pre != 1.0f)
+        for (std::size_t i = 0; i < n; ++i) o[i] = in[i] * pre;
+      else std::memcpy(o, in, n * sizeof(float));
+    } else {
+      if (pre != 1.0f) {
+        scratch.resize(n);
+        for (std::size_t i = 0; i < n; ++i) scratch[i] = in[i] * pre;
+        in = scratch.data();
+      }
+      if (d == DType::f16) to_fp16(in, reinterpret_cast<Eigen::half*>(out), n);
+      else to_bf16(in, reinterpret_cast<Eigen::bfloat16*>(out), n);
+    }
     at += n;
   }
   //! [ddp-predivide]
@@ -184,7 +193,6 @@ void DistributedDataParallel::finish_backward() {
   const DType d = options_.comm_dtype;
   const std::size_t eb = element_bytes(d);
   const auto post = static_cast<float>(options_.predivide_factor / comm_->size());
-  std::vector<float> scratch;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = *state_[b];
     if (s.pending) s.pending->wait();
@@ -195,11 +203,16 @@ void DistributedDataParallel::finish_backward() {
       const auto n = static_cast<std::size_t>(g.numel());
       float* out = g.f32_data();
       const unsigned char* in = s.buffer.data() + at * eb;
-      if (d == DType::f32) std::memcpy(out, in, n * sizeof(float));
-      else if (d == DType::f16) from_fp16(reinterpret_cast<const Eigen::half*>(in), out, n);
-      else from_bf16(reinterpret_cast<const Eigen::bfloat16*>(in), out, n);
-      if (post != 1.0f)
-        for (std::size_t i = 0; i < n; ++i) out[i] *= post;
+      if (d == DType::f32 && post != 1.0f) {  // one pass
+        const auto* f = reinterpret_cast<const float*>(in);
+        for (std::size_t i = 0; i < n; ++i) out[i] = f[i] * post;
+      } else {
+        if (d == DType::f32) std::memcpy(out, in, n * sizeof(float));
+        else if (d == DType::f16) from_fp16(reinterpret_cast<const Eigen::half*>(in), out, n);
+        else from_bf16(reinterpret_cast<const Eigen::bfloat16*>(in), out, n);
+        if (post != 1.0f)
+          for (std::size_t i = 0; i < n; ++i) out[i] *= post;
+      }
       at += n;
     }
     s.ready = 0;
