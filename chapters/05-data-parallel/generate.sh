@@ -25,7 +25,7 @@ set -euo pipefail
 chapter_id=05
 chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 required_programs=(src/cli/mpt chapters/ch05_numbers)
-bench_records=()
+bench_records=(bench-allreduce.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
@@ -67,6 +67,25 @@ generate_all() {
   gen_run claims "ch05_numbers claims" "$numbers" claims
 }
 
-run_benchmarks() { :; }
+# The benchmark record (an MPI program under mpiexec, run by its driver
+# script); --check reruns its quick form (a smaller MLP, 3 repeats) and
+# compares what bench_deterministic keeps.
+run_benchmarks() {
+  gen_bench bench-allreduce.txt tests/bench/bench_ch05_allreduce_all '^all-reduce' -- --quick
+}
+
+# What of the record depends neither on timing nor on the quick form's
+# sizes: the column headings, the runs' names, and the world sizes.
+bench_deterministic() {
+  case "$1" in
+    bench-allreduce.txt)
+      awk '
+        /^run / { print; next }
+        /^(raw|ddp) / { print $1, $2; next }
+        /^world [0-9]+:/ { print $1, $2 }
+      ' ;;
+    *) cat ;;
+  esac
+}
 
 generate_main "$@"
