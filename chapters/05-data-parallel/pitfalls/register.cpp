@@ -1,0 +1,18 @@
+// Chapter 05 — loss scaling across ranks: the chapter's pitfalls, registered
+// in the order of `mpt pitfalls`, `mpt tour` and the chapter text.
+// Depends on: chapters.hpp (the declaration), common.hpp (the entries).
+//
+// To add a pitfall: a new pitfalls/<id>.cpp with its runs, outcomes and
+// checks and an entry function (declared in common.hpp); one line here; one
+// line in chapters/CMakeLists.txt; the chapter text's snippet markers; the
+// test test_ch05_pitfalls covers every registered entry automatically.
+#include "chapters.hpp"
+#include "common.hpp"
+
+namespace mpt {
+
+void register_chapter05_pitfalls(Registry& registry) {
+  registry.add(ch05::fp16_allreduce_overflow_pitfall());
+}
+
+}  // namespace mpt
