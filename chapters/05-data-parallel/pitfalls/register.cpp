@@ -13,6 +13,8 @@ namespace mpt {
 
 void register_chapter05_pitfalls(Registry& registry) {
   registry.add(ch05::fp16_allreduce_overflow_pitfall());
+  registry.add(ch05::sharded_found_inf_unsynced_pitfall());
+  registry.add(ch05::scaler_state_one_rank_pitfall());
 }
 
 }  // namespace mpt
