@@ -15,6 +15,8 @@ void register_chapter05_pitfalls(Registry& registry) {
   registry.add(ch05::fp16_allreduce_overflow_pitfall());
   registry.add(ch05::sharded_found_inf_unsynced_pitfall());
   registry.add(ch05::scaler_state_one_rank_pitfall());
+  registry.add(ch05::loss_summed_across_ranks_pitfall());
+  registry.add(ch05::ddp_accumulation_sync_pitfall());
 }
 
 }  // namespace mpt
