@@ -17,6 +17,8 @@ void register_chapter05_pitfalls(Registry& registry) {
   registry.add(ch05::scaler_state_one_rank_pitfall());
   registry.add(ch05::loss_summed_across_ranks_pitfall());
   registry.add(ch05::ddp_accumulation_sync_pitfall());
+  registry.add(ch05::bn_buffers_per_rank_pitfall());
+  registry.add(ch05::ranks_disagree_on_skip_pitfall());
 }
 
 }  // namespace mpt
