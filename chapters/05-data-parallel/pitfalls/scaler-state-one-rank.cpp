@@ -51,13 +51,16 @@ struct Checkpoint {
 
 /// Steps [first, last) of the data-parallel run on every rank: DDP, SGD and a
 /// GradScaler each. `restore` (may be empty) is what each rank does with the
-/// checkpoint before the first step. Returns each rank's masters at the end,
-/// and rank 0's scales at resume (per rank) in `resumed_scales`.
+/// checkpoint before the first step. Returns each rank's masters at the end;
+/// each rank's scale at resume goes to `resumed_scales`, and its scaler's
+/// state at the end to `final_states`, when given.
 std::vector<std::vector<float>> steps(int first, int last, const Checkpoint* from,
                                       void (*restore)(GradScaler&, const Checkpoint&, int rank),
-                                      std::vector<float>* resumed_scales, Checkpoint* save) {
+                                      std::vector<float>* resumed_scales, Checkpoint* save,
+                                      std::vector<std::string>* final_states = nullptr) {
   std::vector<std::vector<float>> out(kWorld);
   if (resumed_scales) resumed_scales->assign(kWorld, 0);
+  if (final_states) final_states->assign(kWorld, "");
   dist::ThreadWorld world(kWorld, 10.0);
   world.run([&](dist::Communicator& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
@@ -81,6 +84,7 @@ std::vector<std::vector<float>> steps(int first, int last, const Checkpoint* fro
       net->refresh_model_copies();
     }
     out[r] = masters(*net);
+    if (final_states) (*final_states)[r] = scaler.state_dict();
     if (save && comm.rank() == 0) *save = Checkpoint{out[r], scaler.state_dict()};
   });
   return out;
@@ -99,7 +103,9 @@ void restore_everywhere(GradScaler& scaler, const Checkpoint& c, int /*rank*/) {
 //! [scaler-state-one-rank-fixed]
 
 RunResult run(void (*restore)(GradScaler&, const Checkpoint&, int), std::string setup, bool broken) {
-  static const std::vector<float> uninterrupted = steps(0, kBefore + kAfter, nullptr, nullptr, nullptr, nullptr)[0];
+  static std::vector<std::string> uninterrupted_states;
+  static const std::vector<float> uninterrupted =
+      steps(0, kBefore + kAfter, nullptr, nullptr, nullptr, nullptr, &uninterrupted_states)[0];
   static const Checkpoint checkpoint = [] {
     Checkpoint c;
     (void)steps(0, kBefore, nullptr, nullptr, nullptr, &c);
@@ -108,7 +114,11 @@ RunResult run(void (*restore)(GradScaler&, const Checkpoint&, int), std::string 
   GradScaler saved(scaler_options());
   saved.load_state_dict(checkpoint.scaler);
   std::vector<float> resumed;
-  const std::vector<std::vector<float>> end = steps(kBefore, kBefore + kAfter, &checkpoint, restore, &resumed, nullptr);
+  std::vector<std::string> states;
+  const std::vector<std::vector<float>> end =
+      steps(kBefore, kBefore + kAfter, &checkpoint, restore, &resumed, nullptr, &states);
+  double same_state = 0;  // ranks whose scale and growth tracker end as the uninterrupted run's
+  for (const std::string& st : states) same_state += st == uninterrupted_states[0];
   double replicas = 0, spread = 0;
   for (const auto& m : end) {
     replicas = std::max(replicas, bits_differ(m, end[0]));
@@ -122,6 +132,8 @@ RunResult run(void (*restore)(GradScaler&, const Checkpoint&, int), std::string 
       {"checkpoint_growth_tracker", static_cast<double>(saved.growth_tracker()), "the growth tracker in it"},
       {"resumed_scale_min", *std::min_element(resumed.begin(), resumed.end()), "the smallest scale at resume"},
       {"resumed_scale_max", *std::max_element(resumed.begin(), resumed.end()), "the largest scale at resume"},
+      {"ranks_state_as_uninterrupted", same_state,
+       "ranks whose scaler state (scale, growth tracker) ends as the uninterrupted run's"},
       {"replicas_differ", replicas, "masters whose bits differ between ranks after the resumed steps"},
       {"replica_spread", spread, "the largest |master on rank r − on rank 0|"},
       {"error_vs_uninterrupted", max_diff(end[0], uninterrupted),
@@ -172,6 +184,8 @@ Pitfall scaler_state_one_rank_pitfall() {
           check("the ranks resume with different scales",
                 [](const RunResult& r) { return r.get("resumed_scale_min") < r.get("resumed_scale_max"); }),
           check("the replicas drift apart", [](const RunResult& r) { return r.get("replicas_differ") > 0; }),
+          check("some ranks' scalers end in another state than the uninterrupted run's",
+                [](const RunResult& r) { return r.get("ranks_state_as_uninterrupted") < r.get("world"); }),
           check("rank 0 is off the uninterrupted run by more than 1e-6",
                 [](const RunResult& r) { return r.get("error_vs_uninterrupted") > 1e-6; }),
       },
@@ -182,6 +196,8 @@ Pitfall scaler_state_one_rank_pitfall() {
                          r.get("resumed_scale_max") == r.get("checkpoint_scale");
                 }),
           check("the replicas stay bit-identical", [](const RunResult& r) { return r.get("replicas_differ") == 0; }),
+          check("every rank's scaler ends in the uninterrupted run's state",
+                [](const RunResult& r) { return r.get("ranks_state_as_uninterrupted") == r.get("world"); }),
           check("the resumed run is the uninterrupted one, bit for bit",
                 [](const RunResult& r) { return r.get("error_vs_uninterrupted") == 0; }),
       },
