@@ -35,8 +35,9 @@ constexpr double kParams = 8 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4;
 
 TEST_CASE("chapter 5 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
-      5, {"fp16-allreduce-overflow", "sharded-found-inf-unsynced", "scaler-state-one-rank", "loss-summed-across-ranks",
-          "ddp-accumulation-sync", "bn-buffers-per-rank", "ranks-disagree-on-skip"});
+      5,
+      {"fp16-allreduce-overflow", "sharded-found-inf-unsynced", "scaler-state-one-rank",
+       "loss-summed-across-ranks", "ddp-accumulation-sync", "bn-buffers-per-rank", "ranks-disagree-on-skip"});
 }
 
 // For each pitfall: the symptom on the broken run, the cure on the fixed
@@ -64,7 +65,9 @@ TEST_CASE("chapter 5: both runs of each pitfall take well under a second") {
 }
 
 TEST_CASE("chapter 5: the numbers the chapter states") {
-  SUBCASE("fp16-allreduce-overflow: each rank fits, the sum of four does not; pre-divided, the sum never exceeds a term") {
+  SUBCASE(
+      "fp16-allreduce-overflow: each rank fits, the sum of four does not; pre-divided, the sum never exceeds "
+      "a term") {
     const RunResult b = runs_of("fp16-allreduce-overflow").broken;
     const RunResult f = runs_of("fp16-allreduce-overflow").fixed;
     // The scale is the largest power of two at which every rank fits: twice
@@ -72,7 +75,7 @@ TEST_CASE("chapter 5: the numbers the chapter states") {
     CHECK(b.get("largest_rank_grad") < 65504);
     CHECK(2 * b.get("largest_rank_grad") >= 65504);
     CHECK(b.get("largest_exact_sum") > 65504);
-    CHECK(b.get("scale_after") == b.get("loss_scale") / 2);  // backoff_factor 0.5
+    CHECK(b.get("scale_after") == b.get("loss_scale") / 2);         // backoff_factor 0.5
     CHECK(f.get("reduced_largest") <= f.get("largest_rank_grad"));  // an average is at most the largest term
   }
   SUBCASE("sharded-found-inf-unsynced: rank 0 owns fc2.weight alone; the other 452 parameters step") {
@@ -96,7 +99,8 @@ TEST_CASE("chapter 5: the numbers the chapter states") {
   SUBCASE("loss-summed-across-ranks: N ranks' sum is N times the average") {
     const RunResult b = runs_of("loss-summed-across-ranks").broken;
     const RunResult f = runs_of("loss-summed-across-ranks").fixed;
-    CHECK(b.get("largest_scaled_grad_n4") == doctest::Approx(4 * b.get("largest_scaled_grad_n1")).epsilon(1e-5));
+    CHECK(b.get("largest_scaled_grad_n4") ==
+          doctest::Approx(4 * b.get("largest_scaled_grad_n1")).epsilon(1e-5));
     CHECK(f.get("largest_scaled_grad_n4") == doctest::Approx(f.get("largest_scaled_grad_n1")).epsilon(1e-5));
   }
   SUBCASE("ddp-accumulation-sync: the gradient is 1476 f32 values, 5904 bytes, sent 4 times or once") {
@@ -112,8 +116,9 @@ TEST_CASE("chapter 5: the numbers the chapter states") {
     // Rank 0 skipped gather_masters and calls the next step's all-reduce of
     // the whole gradient; rank 1 waits in the first broadcast: fc1.weight,
     // 256 floats, from its owner, rank 1.
-    CHECK(b.explanation.find("the ranks disagree on a collective: rank 0 calls all_reduce(f32 x 1476, sum)") !=
-          std::string::npos);
+    CHECK(
+        b.explanation.find("the ranks disagree on a collective: rank 0 calls all_reduce(f32 x 1476, sum)") !=
+        std::string::npos);
     CHECK(b.explanation.find("rank 1 calls broadcast(1024 bytes from rank 1)") != std::string::npos);
   }
 }

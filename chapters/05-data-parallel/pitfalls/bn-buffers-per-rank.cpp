@@ -142,20 +142,22 @@ RunResult run(bool broadcast, std::string setup) {
           ? "Before every forward, and before the eval forward, rank 0's buffers overwrite rank 1's: the "
             "spreads are " +
                 num(out.get("running_mean_spread")) + " and " + num(out.get("running_var_spread")) +
-                ", and eval gives " + pct(e[0].accuracy) + " (loss " + num(e[0].loss) + ") whichever rank saves."
+                ", and eval gives " + pct(e[0].accuracy) + " (loss " + num(e[0].loss) +
+                ") whichever rank saves."
           : "Rank 0 normalizes with the statistics of classes 0 and 1, rank 1 with those of classes 2 and 3: "
             "their running means differ by up to " +
                 num(out.get("running_mean_spread")) + " and their variances by up to " +
-                num(out.get("running_var_spread")) + ", so the same weights score " + pct(e[0].accuracy) + " (loss " +
-                num(e[0].loss) + ") with rank 0's buffers and " + pct(e[1].accuracy) + " (loss " + num(e[1].loss) +
-                ") with rank 1's.";
+                num(out.get("running_var_spread")) + ", so the same weights score " + pct(e[0].accuracy) +
+                " (loss " + num(e[0].loss) + ") with rank 0's buffers and " + pct(e[1].accuracy) + " (loss " +
+                num(e[1].loss) + ") with rank 1's.";
   return out;
 }
 
 RunResult broken_run() {
-  return run(false,
-             "2 ranks, an MLP with BatchNorm on the blobs, each rank's data one half of the set sorted by class; "
-             "40 DDP steps with broadcast_buffers off, then eval on the held-out set with each rank's replica");
+  return run(
+      false,
+      "2 ranks, an MLP with BatchNorm on the blobs, each rank's data one half of the set sorted by class; "
+      "40 DDP steps with broadcast_buffers off, then eval on the held-out set with each rank's replica");
 }
 
 RunResult fixed_run() { return run(true, "the same with broadcast_buffers on (DDP's default)"); }
@@ -168,8 +170,10 @@ Pitfall bn_buffers_per_rank_pitfall() {
   return Pitfall{
       "bn-buffers-per-rank",
       5,
-      "BatchNorm's running estimates without broadcast_buffers: each rank's drift apart, eval depends on who saves",
-      "BatchNorm's running mean and variance are buffers, not gradients: DDP's all-reduce never averages them, "
+      "BatchNorm's running estimates without broadcast_buffers: each rank's drift apart, eval depends on who "
+      "saves",
+      "BatchNorm's running mean and variance are buffers, not gradients: DDP's all-reduce never averages "
+      "them, "
       "so each rank folds in its own batches' statistics and, on data that differ between ranks, the copies "
       "drift apart — and eval normalizes with whichever rank's copy was saved. Broadcast rank 0's buffers "
       "before each forward (broadcast_buffers, DDP's default), or use SyncBatchNorm.",

@@ -29,7 +29,7 @@ namespace {
 namespace ddp_accumulation_sync {
 
 constexpr int kWorld = 2;
-constexpr int kMicro = 4;             // micro-batches per optimizer step
+constexpr int kMicro = 4;                // micro-batches per optimizer step
 constexpr Eigen::Index kMicroRows = 32;  // rows per micro-batch, all ranks together (16 per rank)
 constexpr double kLr = 0.05;
 
@@ -66,7 +66,8 @@ RunResult run(bool use_no_sync, std::string setup) {
     opt.zero_grad();
     const auto micro = [&](int k) {
       ddp.before_forward();
-      (void)shard_backward(*net, blobs_batch(k, kMicroRows), comm.rank(), comm.size(), scaler.scale(1.0f / kMicro));
+      (void)shard_backward(*net, blobs_batch(k, kMicroRows), comm.rank(), comm.size(),
+                           scaler.scale(1.0f / kMicro));
       ddp.finish_backward();
     };
     if (use_no_sync) {
@@ -96,22 +97,23 @@ RunResult run(bool use_no_sync, std::string setup) {
       {"micro_batches", kMicro, "micro-batches per optimizer step"},
       {"buckets", buckets, "DDP's buckets (all-reduces per synchronised backward)"},
       {"all_reduces", static_cast<double>(calls[0]), "all-reduces rank 0 made in the step"},
-      {"all_reduce_rounds", static_cast<double>(calls[0]) / buckets, "synchronised backwards (all-reduces / buckets)"},
+      {"all_reduce_rounds", static_cast<double>(calls[0]) / buckets,
+       "synchronised backwards (all-reduces / buckets)"},
       {"bytes", static_cast<double>(bytes[0]), "bytes rank 0 put into all-reduces"},
       {"gradient_bytes", gradient_bytes, "the whole gradient's bytes in f32 (one round)"},
       {"update_error", max_diff(after[0], ref), "the largest |master − one process's| after the step"},
       {"replicas_differ", bits_differ(after[0], after[1]), "masters whose bits differ between the ranks"},
   };
-  out.explanation = (use_no_sync ? "Inside no_sync() the first " + std::to_string(kMicro - 1) +
-                                       " backwards only accumulate: the step makes " + num(out.get("all_reduces")) +
-                                       " all-reduce of " + num(out.get("bytes")) + " bytes"
-                                 : "Each of the " + std::to_string(kMicro) +
-                                       " backwards reduces the whole gradient: the step makes " +
-                                       num(out.get("all_reduces")) + " all-reduces, " + num(out.get("bytes")) +
-                                       " bytes") +
-                    ", and the update is within " + num(out.get("update_error")) +
-                    " of one process's accumulation: the same sum either way, paid for " +
-                    num(out.get("all_reduce_rounds")) + " time(s).";
+  out.explanation =
+      (use_no_sync ? "Inside no_sync() the first " + std::to_string(kMicro - 1) +
+                         " backwards only accumulate: the step makes " + num(out.get("all_reduces")) +
+                         " all-reduce of " + num(out.get("bytes")) + " bytes"
+                   : "Each of the " + std::to_string(kMicro) +
+                         " backwards reduces the whole gradient: the step makes " +
+                         num(out.get("all_reduces")) + " all-reduces, " + num(out.get("bytes")) + " bytes") +
+      ", and the update is within " + num(out.get("update_error")) +
+      " of one process's accumulation: the same sum either way, paid for " +
+      num(out.get("all_reduce_rounds")) + " time(s).";
   return out;
 }
 
@@ -143,17 +145,21 @@ Pitfall ddp_accumulation_sync_pitfall() {
           check("one all-reduce round per micro-batch",
                 [](const RunResult& r) { return r.get("all_reduce_rounds") == r.get("micro_batches"); }),
           check("K times the gradient's bytes",
-                [](const RunResult& r) { return r.get("bytes") == r.get("micro_batches") * r.get("gradient_bytes"); }),
+                [](const RunResult& r) {
+                  return r.get("bytes") == r.get("micro_batches") * r.get("gradient_bytes");
+                }),
       },
       {
           check("one all-reduce round per optimizer step",
                 [](const RunResult& r) { return r.get("all_reduce_rounds") == 1; }),
-          check("the gradient's bytes once", [](const RunResult& r) { return r.get("bytes") == r.get("gradient_bytes"); }),
+          check("the gradient's bytes once",
+                [](const RunResult& r) { return r.get("bytes") == r.get("gradient_bytes"); }),
       },
       {
           check("the update is one process's within 1e-6 (f32 rounding)",
                 [](const RunResult& r) { return r.get("update_error") < 1e-6; }),
-          check("the replicas are bit-identical", [](const RunResult& r) { return r.get("replicas_differ") == 0; }),
+          check("the replicas are bit-identical",
+                [](const RunResult& r) { return r.get("replicas_differ") == 0; }),
       }};
 }
 

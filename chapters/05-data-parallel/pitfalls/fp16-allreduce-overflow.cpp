@@ -107,7 +107,8 @@ RunResult run(dist::DdpOptions (*options)(), std::string setup, bool broken) {
   out.outcomes = {
       {"world", kWorld, "ranks"},
       {"loss_scale", scale, "the scale every rank's loss is multiplied by"},
-      {"largest_rank_grad", largest_local, "the largest |scaled gradient| on any rank, before the all-reduce"},
+      {"largest_rank_grad", largest_local,
+       "the largest |scaled gradient| on any rank, before the all-reduce"},
       {"rank_grads_nonfinite", local_nonfinite, "scaled gradients that are inf/NaN on the ranks, before it"},
       {"largest_exact_sum", exact_sum, "the largest |sum over the ranks| of one gradient, in FP64"},
       {"fp16_max", kFp16Max, "fp16's largest finite value"},
@@ -125,9 +126,9 @@ RunResult run(dist::DdpOptions (*options)(), std::string setup, bool broken) {
                    num(steps) + " stepped) and halves its scale to " + num(out.get("scale_after")) + "."
              : "Each gradient is divided by " + std::to_string(kWorld) +
                    " before it enters the fp16 buffer, so the sum is at most the largest term (" + num(per) +
-                   "): the largest averaged gradient is " + num(out.get("reduced_largest")) + ", none is inf, and " +
-                   num(steps) + " of " + std::to_string(kWorld) + " ranks step with the scale kept at " +
-                   num(out.get("scale_after")) + ".";
+                   "): the largest averaged gradient is " + num(out.get("reduced_largest")) +
+                   ", none is inf, and " + num(steps) + " of " + std::to_string(kWorld) +
+                   " ranks step with the scale kept at " + num(out.get("scale_after")) + ".";
   return out;
 }
 
@@ -139,7 +140,8 @@ RunResult broken_run() {
 }
 
 RunResult fixed_run() {
-  return run(fixed_options, "the same, with predivide_factor 0 (= the world: divide by 4, then sum), PyTorch's order",
+  return run(fixed_options,
+             "the same, with predivide_factor 0 (= the world: divide by 4, then sum), PyTorch's order",
              false);
 }
 
@@ -169,7 +171,8 @@ Pitfall fp16_allreduce_overflow_pitfall() {
                 [](const RunResult& r) { return r.get("reduced_nonfinite") == 0; }),
           check("every rank steps, the scale kept",
                 [](const RunResult& r) {
-                  return r.get("ranks_stepped") == r.get("world") && r.get("scale_after") == r.get("loss_scale");
+                  return r.get("ranks_stepped") == r.get("world") &&
+                         r.get("scale_after") == r.get("loss_scale");
                 }),
       },
       {

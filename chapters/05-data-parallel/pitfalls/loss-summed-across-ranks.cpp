@@ -93,21 +93,24 @@ RunResult run(bool summed, std::string setup) {
   };
   out.explanation =
       (summed ? "Summed across ranks, the gradient is N times the batch's: the update is " + num(ratio[1]) +
-                    "× one process's at N = 2 and " + num(ratio[2]) + "× at N = 4, and the headroom below 65504 of "
+                    "× one process's at N = 2 and " + num(ratio[2]) +
+                    "× at N = 4, and the headroom below 65504 of "
                     "the scaled gradient shrinks from " +
                     num(kFp16Max / largest[0]) + "× to " + num(kFp16Max / largest[2]) +
                     "× — as if the learning rate had been multiplied by N."
               : "Averaged (DDP divides by the world size), the update is " + num(ratio[1]) + "× and " +
-                    num(ratio[2]) + "× one process's at N = 2 and 4 (the sums' order differs: f32 rounding), and "
+                    num(ratio[2]) +
+                    "× one process's at N = 2 and 4 (the sums' order differs: f32 rounding), and "
                     "the headroom stays " +
                     num(kFp16Max / largest[2]) + "× at N = 4.");
   return out;
 }
 
 RunResult broken_run() {
-  return run(true,
-             "the blobs MLP, one SGD step on a batch of 64 rows split over N = 1, 2, 4 ranks (GradScaler, 2^16), "
-             "the ranks' gradients summed; against one process on the whole batch");
+  return run(
+      true,
+      "the blobs MLP, one SGD step on a batch of 64 rows split over N = 1, 2, 4 ranks (GradScaler, 2^16), "
+      "the ranks' gradients summed; against one process on the whole batch");
 }
 
 RunResult fixed_run() { return run(false, "the same, the gradients averaged (DDP's default)"); }
@@ -121,7 +124,8 @@ Pitfall loss_summed_across_ranks_pitfall() {
       "loss-summed-across-ranks",
       5,
       "the loss (and so the gradient) summed across ranks instead of averaged: the update grows with N",
-      "Each rank's loss is the mean over its B/N rows, and the batch's gradient is the average of the ranks': "
+      "Each rank's loss is the mean over its B/N rows, and the batch's gradient is the average of the "
+      "ranks': "
       "summing them gives N times that gradient, an update N times too large and a scaled gradient N times "
       "closer to 65504. Average (DDP divides by the world size).",
       broken_run,
@@ -129,18 +133,24 @@ Pitfall loss_summed_across_ranks_pitfall() {
       {
           check("the update is 2× at N = 2 and 4× at N = 4 (within 1%)",
                 [](const RunResult& r) {
-                  return within(r.get("update_ratio_n2"), 2, 0.01) && within(r.get("update_ratio_n4"), 4, 0.01);
+                  return within(r.get("update_ratio_n2"), 2, 0.01) &&
+                         within(r.get("update_ratio_n4"), 4, 0.01);
                 }),
           check("the headroom below 65504 shrinks about 4× from N = 1 to N = 4",
-                [](const RunResult& r) { return within(r.get("headroom_n1") / r.get("headroom_n4"), 4, 0.01); }),
+                [](const RunResult& r) {
+                  return within(r.get("headroom_n1") / r.get("headroom_n4"), 4, 0.01);
+                }),
       },
       {
           check("the update is one process's at N = 2 and 4 (within 1e-4)",
                 [](const RunResult& r) {
-                  return within(r.get("update_ratio_n2"), 1, 1e-4) && within(r.get("update_ratio_n4"), 1, 1e-4);
+                  return within(r.get("update_ratio_n2"), 1, 1e-4) &&
+                         within(r.get("update_ratio_n4"), 1, 1e-4);
                 }),
           check("the headroom is the same at N = 1 and N = 4 (within 1%)",
-                [](const RunResult& r) { return within(r.get("headroom_n1") / r.get("headroom_n4"), 1, 0.01); }),
+                [](const RunResult& r) {
+                  return within(r.get("headroom_n1") / r.get("headroom_n4"), 1, 0.01);
+                }),
       },
       {
           check("at N = 1 the run is one process's",

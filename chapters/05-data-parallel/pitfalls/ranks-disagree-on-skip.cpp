@@ -93,7 +93,8 @@ RunResult run(bool shared_verdict, std::string setup) {
       {"steps_completed", static_cast<double>(*std::min_element(completed.begin(), completed.end())),
        "steps every rank completed"},
       {"timeout_s", kTimeout, "the limit a collective waits for the other ranks"},
-      {"ended_within_1s", seconds < 1 ? 1.0 : 0.0, "the job ended (or completed) within a second (1), well below it"},
+      {"ended_within_1s", seconds < 1 ? 1.0 : 0.0,
+       "the job ended (or completed) within a second (1), well below it"},
   };
   out.explanation =
       message.empty()
@@ -104,15 +105,16 @@ RunResult run(bool shared_verdict, std::string setup) {
                 " rank); it leaves out gather_masters' broadcasts and goes on to the next step's all-reduce, "
                 "while the others wait in the broadcast. ThreadWorld compares the calls and ends the job at "
                 "once, long before the " +
-                num(kTimeout) + " s timeout, after " + num(out.get("steps_completed")) + " complete step(s): \"" +
-                message + "\"";
+                num(kTimeout) + " s timeout, after " + num(out.get("steps_completed")) +
+                " complete step(s): \"" + message + "\"";
   return out;
 }
 
 RunResult broken_run() {
-  return run(false,
-             "4 ranks, blobs MLP, DDP + ZeRO-1, a plain GradScaler per rank; gather_masters() only after a step "
-             "that ran; an inf in one rank's shard in step 2");
+  return run(
+      false,
+      "4 ranks, blobs MLP, DDP + ZeRO-1, a plain GradScaler per rank; gather_masters() only after a step "
+      "that ran; an inf in one rank's shard in step 2");
 }
 
 RunResult fixed_run() {
@@ -135,7 +137,8 @@ Pitfall ranks_disagree_on_skip_pitfall() {
       broken_run,
       fixed_run,
       {
-          check("the job ends with an error", [](const RunResult& r) { return r.get("ended_with_error") == 1; }),
+          check("the job ends with an error",
+                [](const RunResult& r) { return r.get("ended_with_error") == 1; }),
           check("it stops before the last step",
                 [](const RunResult& r) { return r.get("steps_completed") < r.get("steps"); }),
       },

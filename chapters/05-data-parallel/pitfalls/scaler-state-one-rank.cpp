@@ -78,7 +78,8 @@ std::vector<std::vector<float>> steps(int first, int last, const Checkpoint* fro
       ddp.before_forward();
       (void)shard_backward(*net, blobs_batch(s, kBatch), comm.rank(), comm.size(), scaler.scale(1.0f));
       ddp.finish_backward();
-      if (s == kOverflowStep) net->parameters()[2]->grad.f32_data()[5] = std::numeric_limits<float>::infinity();
+      if (s == kOverflowStep)
+        net->parameters()[2]->grad.f32_data()[5] = std::numeric_limits<float>::infinity();
       (void)scaler.step(opt);
       scaler.update();
       net->refresh_model_copies();
@@ -130,7 +131,8 @@ RunResult run(void (*restore)(GradScaler&, const Checkpoint&, int), std::string 
       {"world", kWorld, "ranks"},
       {"checkpoint_scale", saved.get_scale(), "the scale in the checkpoint"},
       {"checkpoint_growth_tracker", static_cast<double>(saved.growth_tracker()), "the growth tracker in it"},
-      {"resumed_scale_min", *std::min_element(resumed.begin(), resumed.end()), "the smallest scale at resume"},
+      {"resumed_scale_min", *std::min_element(resumed.begin(), resumed.end()),
+       "the smallest scale at resume"},
       {"resumed_scale_max", *std::max_element(resumed.begin(), resumed.end()), "the largest scale at resume"},
       {"ranks_state_as_uninterrupted", same_state,
        "ranks whose scaler state (scale, growth tracker) ends as the uninterrupted run's"},
@@ -145,21 +147,22 @@ RunResult run(void (*restore)(GradScaler&, const Checkpoint&, int), std::string 
                    num(out.get("resumed_scale_max")) +
                    " and 0. DDP averages gradients scaled by different factors and each rank unscales the "
                    "average by its own: after " +
-                   std::to_string(kAfter) + " steps " + num(replicas) + " masters differ between the ranks (by up to " +
-                   num(spread) + "), and rank 0 is " + num(out.get("error_vs_uninterrupted")) +
-                   " from the run that was never interrupted."
+                   std::to_string(kAfter) + " steps " + num(replicas) +
+                   " masters differ between the ranks (by up to " + num(spread) + "), and rank 0 is " +
+                   num(out.get("error_vs_uninterrupted")) + " from the run that was never interrupted."
              : "Every rank resumes from scale " + num(out.get("resumed_scale_min")) + " and tracker " +
-                   num(out.get("checkpoint_growth_tracker")) + ": the replicas stay bit-identical (" + num(replicas) +
-                   " differ) and the resumed run is " + num(out.get("error_vs_uninterrupted")) +
-                   " from the uninterrupted one.";
+                   num(out.get("checkpoint_growth_tracker")) + ": the replicas stay bit-identical (" +
+                   num(replicas) + " differ) and the resumed run is " +
+                   num(out.get("error_vs_uninterrupted")) + " from the uninterrupted one.";
   return out;
 }
 
 RunResult broken_run() {
-  return run(restore_on_rank0,
-             "4 ranks, blobs MLP, DDP, SGD and a GradScaler each (growth_interval 8); 5 steps (an inf in step 2), "
-             "checkpoint, 6 more steps with the scaler's state loaded on rank 0 only",
-             true);
+  return run(
+      restore_on_rank0,
+      "4 ranks, blobs MLP, DDP, SGD and a GradScaler each (growth_interval 8); 5 steps (an inf in step 2), "
+      "checkpoint, 6 more steps with the scaler's state loaded on rank 0 only",
+      true);
 }
 
 RunResult fixed_run() {
@@ -195,7 +198,8 @@ Pitfall scaler_state_one_rank_pitfall() {
                   return r.get("resumed_scale_min") == r.get("checkpoint_scale") &&
                          r.get("resumed_scale_max") == r.get("checkpoint_scale");
                 }),
-          check("the replicas stay bit-identical", [](const RunResult& r) { return r.get("replicas_differ") == 0; }),
+          check("the replicas stay bit-identical",
+                [](const RunResult& r) { return r.get("replicas_differ") == 0; }),
           check("every rank's scaler ends in the uninterrupted run's state",
                 [](const RunResult& r) { return r.get("ranks_state_as_uninterrupted") == r.get("world"); }),
           check("the resumed run is the uninterrupted one, bit for bit",

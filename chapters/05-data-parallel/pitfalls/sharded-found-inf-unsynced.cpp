@@ -43,7 +43,9 @@ constexpr std::size_t kHitParameter = 2;  // fc2.weight, the largest: one rank o
 /// The overflow: one element of the averaged gradient of fc2.weight is inf,
 /// on every rank, as a sample whose scaled gradient overflowed leaves it
 /// after the all-reduce.
-void overflow(Model& net) { net.parameters()[kHitParameter]->grad.f32_data()[5] = std::numeric_limits<float>::infinity(); }
+void overflow(Model& net) {
+  net.parameters()[kHitParameter]->grad.f32_data()[5] = std::numeric_limits<float>::infinity();
+}
 
 /// What one run measured on every rank.
 struct Trace {
@@ -140,14 +142,17 @@ RunResult run(bool sharded_scaler, std::string setup) {
   const double updated = out.get("elements_updated_in_inf_step");
   out.explanation =
       sharded_scaler
-          ? "Rank " + num(out.get("inf_owner")) + "'s inf is all-reduced into every rank's verdict: " +
-                num(skipped) + " of " + std::to_string(kWorld) + " ranks skip, " + num(updated) +
+          ? "Rank " + num(out.get("inf_owner")) +
+                "'s inf is all-reduced into every rank's verdict: " + num(skipped) + " of " +
+                std::to_string(kWorld) + " ranks skip, " + num(updated) +
                 " masters change in that step, and every scale ends at " + num(hi) +
                 "; the masters are within " + num(out.get("master_error_vs_reference")) +
                 " of one process's run, which skips the step in full."
-          : "Only rank " + num(out.get("inf_owner")) + " holds fc2.weight, so only its scaler sees the inf: " +
-                num(skipped) + " rank skips, the others update their shards (" + num(updated) +
-                " masters change in a step that should have been skipped) and keep their scale, so the scales "
+          : "Only rank " + num(out.get("inf_owner")) +
+                " holds fc2.weight, so only its scaler sees the inf: " + num(skipped) +
+                " rank skips, the others update their shards (" + num(updated) +
+                " masters change in a step that should have been skipped) and keep their scale, so the "
+                "scales "
                 "end " +
                 num(lo) + " and " + num(hi) +
                 ". gather_masters keeps the replicas equal, but equal to a wrong model: " + num(off) +
@@ -157,12 +162,15 @@ RunResult run(bool sharded_scaler, std::string setup) {
 }
 
 RunResult broken_run() {
-  return run(false,
-             "4 ranks, blobs MLP, DDP + ZeRO-1 (ShardedOptimizer, SGD), a plain GradScaler per rank; 6 steps, "
-             "in step 2 one element of fc2.weight's averaged gradient is inf");
+  return run(
+      false,
+      "4 ranks, blobs MLP, DDP + ZeRO-1 (ShardedOptimizer, SGD), a plain GradScaler per rank; 6 steps, "
+      "in step 2 one element of fc2.weight's averaged gradient is inf");
 }
 
-RunResult fixed_run() { return run(true, "the same with ShardedGradScaler (the found-inf flag all-reduced, max)"); }
+RunResult fixed_run() {
+  return run(true, "the same with ShardedGradScaler (the found-inf flag all-reduced, max)");
+}
 
 }  // namespace sharded_found_inf_unsynced
 }  // namespace
@@ -181,7 +189,9 @@ Pitfall sharded_found_inf_unsynced_pitfall() {
       fixed_run,
       {
           check("only some ranks skip the step with the inf",
-                [](const RunResult& r) { return r.get("ranks_skipped") > 0 && r.get("ranks_skipped") < r.get("world"); }),
+                [](const RunResult& r) {
+                  return r.get("ranks_skipped") > 0 && r.get("ranks_skipped") < r.get("world");
+                }),
           check("the ranks end with different scales",
                 [](const RunResult& r) { return r.get("scale_min") < r.get("scale_max"); }),
           check("masters change in the step that should be skipped",
@@ -190,7 +200,8 @@ Pitfall sharded_found_inf_unsynced_pitfall() {
       {
           check("every rank skips the step with the inf",
                 [](const RunResult& r) { return r.get("ranks_skipped") == r.get("world"); }),
-          check("one scale on every rank", [](const RunResult& r) { return r.get("scale_min") == r.get("scale_max"); }),
+          check("one scale on every rank",
+                [](const RunResult& r) { return r.get("scale_min") == r.get("scale_max"); }),
           check("the masters match one process's run within 1e-5",
                 [](const RunResult& r) { return r.get("elements_off_reference") == 0; }),
       },
