@@ -1,10 +1,11 @@
-// Chapter 05 — tests of chapter 5's pitfalls (an fp16 all-reduce that sums
-// before dividing, ZeRO-1 without a shared found-inf verdict, the scaler's
-// state restored on rank 0 only, gradients summed across ranks,
-// accumulation without no_sync(), BatchNorm buffers per rank, ranks that
-// disagree on skipping).
+// Chapter 05 — tests of chapter 5's pitfalls
 // Depends on: mpt/core/pitfall.hpp, mpt::chapters (pitfall_registry),
 // doctest, test_support.hpp.
+//
+// The pitfalls: an fp16 all-reduce that sums before dividing, ZeRO-1
+// without a shared found-inf verdict, the scaler's state restored on rank 0
+// only, gradients summed across ranks, accumulation without no_sync(),
+// BatchNorm buffers per rank, ranks that disagree on skipping.
 //
 // Every entry must still show its failure and its fix, its checks must be
 // able to fail, and its runs must be deterministic (each multi-rank run is

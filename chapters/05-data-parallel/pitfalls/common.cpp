@@ -1,5 +1,4 @@
-// Chapter 05 — loss scaling across ranks: the helpers the chapter's pitfalls
-// share (declared and described in common.hpp).
+// Chapter 05 — loss scaling across ranks: the pitfalls' shared helpers (described in common.hpp)
 // Depends on: common.hpp, ../../02-loss-scaling/training.hpp (blobs()),
 // mpt/dist/ddp.hpp (shard_rows), mpt/nn/losses.hpp, mpt/optim/sgd.hpp;
 // <algorithm>, <cmath>, <cstring>, <stdexcept>.

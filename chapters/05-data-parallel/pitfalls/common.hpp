@@ -1,5 +1,4 @@
-// Chapter 05 — loss scaling across ranks: what the chapter's pitfalls share,
-// and the declarations of their registry entries.
+// Chapter 05 — loss scaling across ranks: what the pitfalls share, and their registry entries
 // Depends on: ../../02-loss-scaling/pitfalls/common.hpp (check, num, pct,
 // within; Chapter 2's blobs through its training.hpp), mpt/core/pitfall.hpp,
 // mpt/dist/communicator.hpp (Communicator), mpt/nn/data.hpp (Dataset),

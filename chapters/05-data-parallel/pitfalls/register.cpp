@@ -1,6 +1,7 @@
-// Chapter 05 — loss scaling across ranks: the chapter's pitfalls, registered
-// in the order of `mpt pitfalls`, `mpt tour` and the chapter text.
+// Chapter 05 — loss scaling across ranks: the chapter's pitfalls, registered in order
 // Depends on: chapters.hpp (the declaration), common.hpp (the entries).
+//
+// The order is that of `mpt pitfalls`, `mpt tour` and the chapter text.
 //
 // To add a pitfall: a new pitfalls/<id>.cpp with its runs, outcomes and
 // checks and an entry function (declared in common.hpp); one line here; one
