@@ -32,4 +32,11 @@ void register_chapter03_pitfalls(Registry& registry);
 /// scale, a softmax with autocast disabled.
 void register_chapter04_pitfalls(Registry& registry);
 
+/// Chapter 05 (loss scaling across ranks): an fp16 all-reduce that sums
+/// before dividing, a sharded optimizer without a shared found-inf verdict,
+/// the scaler's state restored on one rank, gradients summed instead of
+/// averaged, accumulation without no_sync(), BatchNorm buffers per rank,
+/// ranks that disagree on skipping.
+void register_chapter05_pitfalls(Registry& registry);
+
 }  // namespace mpt

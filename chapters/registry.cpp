@@ -16,6 +16,7 @@ const Registry& pitfall_registry() {
     register_chapter02_pitfalls(r);
     register_chapter03_pitfalls(r);
     register_chapter04_pitfalls(r);
+    register_chapter05_pitfalls(r);
     return r;
   }();
   return registry;
