@@ -20,6 +20,12 @@ namespace mpt::dist {
 using Kind = CollectiveCall::Kind;
 
 namespace {
+// What a rank throws when its call cannot complete because of another
+// rank (the failure is that rank's, already recorded).
+struct Abandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 std::string seconds_text(double s) {
   std::ostringstream out;
   out << s;
@@ -47,12 +53,14 @@ struct ThreadWorld::State {
   int arrived = 0;
   std::uint64_t generation = 0;  // collectives completed
   std::string failure;           // the first failure; once set, every call throws it
+  std::vector<std::string> own;  // per rank: what its body threw of its own accord
 
   void reset(int size, double timeout) {
     n = size;
     timeout_seconds = timeout;
     slots.assign(static_cast<std::size_t>(n), Slot{});
     returned.assign(static_cast<std::size_t>(n), false);
+    own.assign(static_cast<std::size_t>(n), std::string());
     arrived = 0;
     generation = 0;
     failure.clear();
@@ -109,7 +117,7 @@ struct ThreadWorld::State {
   void collective(int r, const Slot& mine) {
     std::unique_lock<std::mutex> lock(m);
     const std::string what = rank_name(r) + ": " + mine.call.describe();
-    if (!failure.empty()) throw std::runtime_error(what + " not made: " + failure);
+    if (!failure.empty()) throw Abandoned(what + " not made: " + failure);
     slots[static_cast<std::size_t>(r)] = mine;
     slots[static_cast<std::size_t>(r)].present = true;
     const std::uint64_t gen = generation;
@@ -118,7 +126,7 @@ struct ThreadWorld::State {
         complete();
       } catch (const std::exception& e) {
         fail(e.what());
-        throw;
+        throw Abandoned(e.what());
       }
       for (Slot& s : slots) s.present = false;
       arrived = 0;
@@ -129,12 +137,12 @@ struct ThreadWorld::State {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
     for (;;) {
       if (generation != gen) return;
-      if (!failure.empty()) throw std::runtime_error(what + " abandoned: " + failure);
+      if (!failure.empty()) throw Abandoned(what + " abandoned: " + failure);
       for (int q = 0; q < n; ++q)
         if (returned[static_cast<std::size_t>(q)] && !slots[static_cast<std::size_t>(q)].present) {
           fail(rank_name(q) + " returned without making " + mine.call.describe() + ", which rank " +
                std::to_string(r) + " waits in");
-          throw std::runtime_error(failure);
+          throw Abandoned(failure);
         }
       if (cv.wait_until(lock, deadline) == std::cv_status::timeout && generation == gen && failure.empty()) {
         std::string missing;
@@ -143,7 +151,7 @@ struct ThreadWorld::State {
             missing += (missing.empty() ? "" : ", ") + std::to_string(q);
         fail(what + " did not complete within " + seconds_text(timeout_seconds) + " s: rank(s) " + missing +
              " did not make this call");
-        throw std::runtime_error(failure);
+        throw Abandoned(failure);
       }
     }
   }
@@ -240,6 +248,9 @@ void ThreadWorld::run(const std::function<void(Communicator&)>& body) {
       std::string error;
       try {
         body(comm);
+      } catch (const Abandoned&) {
+        // failed because another rank did, or because the ranks' calls
+        // disagree: the failure is already recorded
       } catch (const std::exception& e) {
         error = e.what();
       } catch (...) {
@@ -247,12 +258,18 @@ void ThreadWorld::run(const std::function<void(Communicator&)>& body) {
       }
       std::lock_guard<std::mutex> lock(s.m);
       s.returned[static_cast<std::size_t>(r)] = true;
-      // A rank that failed on its own names itself; one that failed because
-      // another did carries that rank's message (already the failure).
-      if (!error.empty() && s.failure.empty()) s.failure = s.rank_name(r) + ": " + error;
+      if (!error.empty()) {
+        s.own[static_cast<std::size_t>(r)] = error;
+        if (s.failure.empty()) s.failure = s.rank_name(r) + ": " + error;
+      }
       s.cv.notify_all();
     });
   for (std::thread& t : threads) t.join();
+  // Ranks that failed of their own accord come first, the lowest rank of
+  // them (not the first in time: threads race, and a report must not).
+  for (int r = 0; r < s.n; ++r)
+    if (!s.own[static_cast<std::size_t>(r)].empty())
+      throw std::runtime_error(s.rank_name(r) + ": " + s.own[static_cast<std::size_t>(r)]);
   if (!s.failure.empty()) throw std::runtime_error(s.failure);
 }
 

@@ -40,10 +40,12 @@ class ThreadWorld {
 
   /// Run body(comm) on size() threads, comm.rank() = 0 .. size() − 1, and
   /// return when every rank has returned. If a rank throws, every rank
-  /// waiting in a collective throws too ("rank R ended ..."), and run()
-  /// throws std::runtime_error "rank R of N: <what>" for the rank that
-  /// failed first. A rank that returns while others wait in a collective it
-  /// did not make is reported the same way. Each call starts a fresh world
+  /// waiting in a collective throws too (naming that rank), and run()
+  /// throws std::runtime_error "rank R of N: <what>" — of the lowest rank
+  /// whose body threw of its own accord, so that the report does not depend
+  /// on which thread came first. Otherwise it reports what ended the run:
+  /// ranks whose calls disagree, a rank that returned while others wait in
+  /// a collective it did not make, a timeout. Each call starts a fresh world
   /// (sequence numbers from 1).
   void run(const std::function<void(Communicator&)>& body);
 
