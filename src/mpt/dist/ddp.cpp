@@ -128,14 +128,14 @@ void DistributedDataParallel::on_grad(std::size_t k) {
   // Start every bucket that is complete, in order: bucket i only after i-1.
   while (next_bucket_ < buckets_.size() &&
          state_[next_bucket_]->ready == buckets_[next_bucket_].params.size()) {
-    start(next_bucket_);
+    start(next_bucket_, /*in_backward=*/true);
     ++current_.buckets_started_in_backward;
     ++next_bucket_;
   }
   //! [ddp-bucket-ready]
 }
 
-void DistributedDataParallel::start(std::size_t b) {
+void DistributedDataParallel::start(std::size_t b, bool in_backward) {
   const Bucket& bucket = buckets_[b];
   BucketState& s = *state_[b];
   const DType d = options_.comm_dtype;
@@ -170,8 +170,10 @@ void DistributedDataParallel::start(std::size_t b) {
   current_.bytes += static_cast<std::int64_t>(s.buffer.size());
   if (options_.fixed_order) {
     all_reduce_fixed_order(*comm_, s.buffer.data(), bucket.elements, d, ReduceOp::sum);
-  } else {
+  } else if (in_backward) {
     s.pending = comm_->start_all_reduce(s.buffer.data(), bucket.elements, d, ReduceOp::sum);
+  } else {  // nothing left to overlap with: the blocking call, an engine's fastest
+    comm_->all_reduce(s.buffer.data(), bucket.elements, d, ReduceOp::sum);
   }
 }
 
@@ -187,7 +189,7 @@ void DistributedDataParallel::finish_backward() {
                              " gradient contributions in this backward, " + std::to_string(expected_[k]) +
                              " in the first; every backward must reach the same parameters");
   for (; next_bucket_ < buckets_.size(); ++next_bucket_) {
-    start(next_bucket_);
+    start(next_bucket_, /*in_backward=*/false);
     ++current_.buckets_started_at_finish;
   }
   const DType d = options_.comm_dtype;

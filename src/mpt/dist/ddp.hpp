@@ -142,7 +142,7 @@ class DistributedDataParallel {
  private:
   struct BucketState;
   void on_grad(std::size_t k);
-  void start(std::size_t bucket);
+  void start(std::size_t bucket, bool in_backward);  // in_backward: non-blocking
   void broadcast_buffers();
 
   Model* model_;
