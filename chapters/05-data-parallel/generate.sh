@@ -53,8 +53,8 @@ generate_all() {
   gen_run order "ch05_numbers order" "$numbers" order
   seq_dir="$gen_tmp/sequence"
   mkdir -p "$seq_dir"
-  sequence_events() { "$numbers" sequence "$seq_dir" | sed "s|$seq_dir/|generated/|"; }
-  gen_run sequence "ch05_numbers sequence generated" sequence_events
+  sequence_events() { "$numbers" sequence "$seq_dir" | sed "s|$seq_dir/|DIR/|"; }
+  gen_run sequence "ch05_numbers sequence DIR" sequence_events
   gen_run train-one "mpt ${train[*]} | grep -v -e 'steps/s' -e '^wall time'" train_summary "$mpt" "${train[@]}"
   gen_run train-dp2 "mpiexec -n 2 mpt ${train[*]} --data-parallel | grep -v -e 'steps/s' -e '^wall time'" \
     train_summary "${mpiexec[@]}" -n 2 "$mpt" "${train[@]}" --data-parallel

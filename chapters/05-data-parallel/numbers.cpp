@@ -397,7 +397,7 @@ int sequence(const std::string& dir) {
   for (const std::string& e : events[0]) calls += e.rfind("= ", 0) != 0;
   std::printf(
       "the second step of 2 ranks (ZeRO-1, ShardedGradScaler, 4 KiB buckets): %zu events per rank, %zu of "
-      "them collective calls; picture: %s\n",
+      "them collective calls; Graphviz source of the picture: %s\n",
       events[0].size(), calls, path.c_str());
   for (const std::string& e : events[0]) std::printf("  %s\n", e.c_str());
   return 0;
