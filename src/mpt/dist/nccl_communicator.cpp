@@ -298,13 +298,17 @@ NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, c
 
 NcclCommunicator::~NcclCommunicator() {
   Impl& m = *impl_;
-  DeviceGuard guard(m.device);
+  // No DeviceGuard (it throws): a destructor reports nothing and frees what it can.
+  int previous = m.device;
+  cudaGetDevice(&previous);
+  cudaSetDevice(m.device);
   if (m.comm != nullptr) {
     cudaStreamSynchronize(m.stream);
     m.api->comm_destroy(m.comm);
   }
   cudaFree(m.scratch);
   cudaStreamDestroy(m.stream);
+  cudaSetDevice(previous);
 }
 
 int NcclCommunicator::rank() const { return impl_->rank; }
