@@ -4,9 +4,10 @@
 // size 1 always; 2 (ranks as threads of this process, one GPU each) where
 // two GPUs are there. Exits 77 printing "NCCL not found" when libnccl.so.2
 // cannot be opened (MPT_NCCL_LIBRARY, else the loader's search), and 77
-// without a usable GPU (Skipped, see gpu_test_support.hpp).
+// without a usable GPU (Skipped, see gpu_test_support.hpp); with --no-gpu
+// it runs only the cases that need no GPU (the unique id's exchange).
 // Depends on: mpt/dist/nccl_communicator.hpp (mpt::dist_nccl),
-// mpt/dist/communicator.hpp (combine), mpt/formats/storage.hpp (the f16 and
+// mpt/dist/communicator.hpp (combine), thread_world.hpp, mpt/formats/storage.hpp (the f16 and
 // bf16 codes), gpu_test_support.hpp, the CUDA runtime, doctest.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "gpu_test_support.hpp"
 #include "mpt/dist/communicator.hpp"
 #include "mpt/dist/nccl_communicator.hpp"
+#include "mpt/dist/thread_world.hpp"
 #include "mpt/formats/storage.hpp"
 
 namespace {
@@ -87,6 +89,20 @@ int device_count() {
 }
 
 }  // namespace
+
+TEST_CASE("no GPU needed: every rank of a bootstrap communicator gets rank 0's new unique id") {
+  mpt::dist::ThreadWorld world(3);
+  mpt::dist::NcclUniqueId got[2][3] = {};
+  for (auto& pass : got)
+    world.run([&](mpt::dist::Communicator& comm) { pass[comm.rank()] = mpt::dist::nccl_unique_id(comm); });
+  const mpt::dist::NcclUniqueId zero{};
+  for (const auto& pass : got) {
+    CHECK(pass[0] != zero);
+    CHECK(pass[1] == pass[0]);
+    CHECK(pass[2] == pass[0]);
+  }
+  CHECK(got[1][0] != got[0][0]);  // a new id each time
+}
 
 TEST_CASE("world size 1: an all-reduce of each dtype and op returns combine() of the one buffer") {
   NcclCommunicator comm;
@@ -199,6 +215,13 @@ int main(int argc, char** argv) {
   } catch (const mpt::dist::NcclNotFound& e) {
     std::printf("SKIPPED %s: %s\n", argc > 0 ? argv[0] : "test_ch05_nccl_cuda", e.what());
     return 77;
+  }
+  // --no-gpu: only the cases that need libnccl and no GPU (CTest
+  // nccl_unique_id_exchange runs them on any machine).
+  if (argc > 1 && std::string(argv[1]) == "--no-gpu") {
+    doctest::Context context(argc - 1, argv + 1);
+    context.setOption("test-case", "no GPU needed*");
+    return context.run();
   }
   return mpt::test::gpu_test_main(argc, argv);
 }

@@ -248,17 +248,15 @@ NcclCommunicator::NcclCommunicator(const Options& options)
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap) : NcclCommunicator(bootstrap, Options{}) {}
 
-namespace nccl_communicator {
-NcclUniqueId shared_id(Communicator& bootstrap) {
+NcclUniqueId nccl_unique_id(Communicator& bootstrap) {
   NcclUniqueId id{};
   if (bootstrap.rank() == 0) id = nccl_unique_id();
   bootstrap.broadcast(id.data(), id.size(), 0);
   return id;
 }
-}  // namespace nccl_communicator
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, const Options& options)
-    : NcclCommunicator(shared_id(bootstrap), bootstrap.rank(), bootstrap.size(), options) {}
+    : NcclCommunicator(nccl_unique_id(bootstrap), bootstrap.rank(), bootstrap.size(), options) {}
 
 NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, const Options& options)
     : impl_(std::make_unique<Impl>()) {

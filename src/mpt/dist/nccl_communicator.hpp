@@ -48,6 +48,11 @@ using NcclUniqueId = std::array<char, 128>;
 /// A new unique id (ncclGetUniqueId).
 NcclUniqueId nccl_unique_id();
 
+/// Collective over `bootstrap` (host memory; no GPU needed): rank 0 makes a
+/// new unique id and broadcasts it, and every rank returns that id. What
+/// NcclCommunicator(bootstrap) joins with.
+NcclUniqueId nccl_unique_id(Communicator& bootstrap);
+
 /// A group of GPU ranks over NCCL: one rank per process (or per thread),
 /// one device per rank.
 class NcclCommunicator final : public Communicator {
