@@ -5,6 +5,10 @@
 # program of the PyTorch comparison, for sm_80 and sm_90, each linked against
 # the CUDA runtime, libstdc++ and libgcc statically, in one folder (the
 # bundle) that one copy can carry. tools/gpu_report.sh runs it on the GPU.
+# Chapter 5's NCCL test (test_ch05_nccl_cuda, built where nccl.h is found)
+# is in the bundle too, without libnccl (about 200 MB): it opens
+# libnccl.so.2 at run time, and gpu_report.sh finds one on the GPU machine
+# (the installed PyTorch's NCCL wheel) or reports "NCCL not found".
 # Depends on: bash, CMake, nvcc (or the build's CUDA toolkit), ldd, du,
 # sha256sum, git.
 #
@@ -87,5 +91,7 @@ grep -qE '^CMAKE_CUDA_COMPILER:(FILEPATH|STRING)=/' "$build/CMakeCache.txt" ||
 grep -q '^MPT_CUDA_STATIC_RUNTIME:BOOL=ON' "$build/CMakeCache.txt" ||
   die "$build links the CUDA runtime dynamically; reconfigure with -DMPT_CUDA_STATIC_RUNTIME=ON"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target gpu-bundle
+[[ -x $build/gpu-bundle/bin/test_ch05_nccl_cuda ]] ||
+  echo "gpu_prepare: nccl.h was not found here (MPT_NCCL_INCLUDE_DIR in $build/CMakeCache.txt): the bundle has no NCCL test"
 echo "gpu_prepare: carry $build/gpu-bundle to the GPU machine and run there:"
 echo "  tools/gpu_report.sh $build/gpu-bundle OUT_DIR"

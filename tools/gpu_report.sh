@@ -14,11 +14,16 @@
 # step that would start past the budget is skipped and said so):
 #   report.txt     the summary: device, tests, sanitizers, benchmarks, PyTorch
 #   nvidia-smi.txt the device as nvidia-smi sees it
-#   tests.log      every GPU test's output
+#   tests.log      every GPU test's output (the NCCL test's too)
 #   sanitizer.log  compute-sanitizer memcheck and racecheck on small cases
 #   bench.log      the kernel benchmarks, each beside a device-to-device copy
 #   torch.log      the same operations through PyTorch: bits and times
 #   large.log      the cases past 2^31 elements (MPT_GPU_LARGE=1)
+# The NCCL backend's test (Chapter 5) needs libnccl.so.2, which is not in the
+# bundle (about 200 MB): it is looked for in MPT_NCCL_LIBRARY, in the
+# installed PyTorch's NCCL wheel (python3: nvidia.nccl) or anywhere under
+# Python's site-packages, and in the loader's cache; where none is found the
+# report says "NCCL not found" and the test is not run (not a failure).
 # Exit status 0 when every GPU test ran and passed and no sanitizer found an
 # error; 1 otherwise — in particular when every test skipped (no usable GPU:
 # that is a failure here, not a pass).
@@ -65,6 +70,7 @@ for t in "$bin"/test_*_cuda; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
   [[ $name == *_large_n_cuda ]] && continue  # its own step below
+  [[ $name == test_ch05_nccl_cuda ]] && continue  # its own step below (it needs libnccl)
   if ! in_budget 150; then say "$name: not run, the time budget is spent"; continue; fi
   t0=$(date +%s)
   {
@@ -90,6 +96,55 @@ elif ((failed > 0)); then
   status=1
 else
   if ((skipped > 0)); then say "all $passed GPU tests that ran passed ($skipped skipped)"; else say "all $passed GPU tests passed"; fi
+fi
+
+# --- the NCCL backend (Chapter 5): libnccl.so.2 from this machine ----------------------------
+say ""
+say "## NCCL backend"
+# find_nccl: the path of a libnccl.so.2 on this machine, or nothing.
+find_nccl() {
+  if [[ -n ${MPT_NCCL_LIBRARY:-} && -f $MPT_NCCL_LIBRARY ]]; then echo "$MPT_NCCL_LIBRARY"; return; fi
+  if command -v python3 >/dev/null; then
+    local p dir
+    # PyTorch's wheels depend on nvidia-nccl-cuXX: nvidia/nccl/lib/libnccl.so.2.
+    p=$(timeout 30 python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    if [[ -n $p && -f $p ]]; then echo "$p"; return; fi
+    while read -r dir; do
+      [[ -d $dir ]] || continue
+      p=$(find "$dir" -maxdepth 5 -name 'libnccl.so.2' -print -quit 2>/dev/null)
+      if [[ -n $p ]]; then echo "$p"; return; fi
+    done < <(timeout 30 python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  fi
+  ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}'
+}
+nccl_test=$bin/test_ch05_nccl_cuda
+if [[ ! -x $nccl_test ]]; then
+  say "test_ch05_nccl_cuda is not in the bundle (nccl.h was not found where it was built): not run"
+elif ! in_budget 120; then
+  say "test_ch05_nccl_cuda: not run, the time budget is spent"
+else
+  nccl=$(find_nccl)
+  if [[ -z $nccl ]]; then
+    say "$(printf '%-32s %s' test_ch05_nccl_cuda "not run: NCCL not found (MPT_NCCL_LIBRARY, python3's nvidia.nccl, site-packages, ldconfig)")"
+  else
+    t0=$(date +%s)
+    {
+      echo "=== test_ch05_nccl_cuda (MPT_NCCL_LIBRARY=$nccl)"
+      MPT_NCCL_LIBRARY=$nccl timeout 120 "$nccl_test"
+    } >"$scratch/nccl.log" 2>&1
+    rc=$?
+    cat "$scratch/nccl.log" >>"$out/tests.log"
+    secs=$(($(date +%s) - t0))
+    case $rc in
+      0) result=passed ;;
+      77) if grep -q 'NCCL not found' "$scratch/nccl.log"; then result="not run: NCCL not found ($nccl does not open)"; else result=skipped; fi ;;
+      124) result="FAILED (timed out after 120 s)"; status=1 ;;
+      *) result="FAILED (exit status $rc)"; status=1 ;;
+    esac
+    say "$(printf '%-32s %-28s %4d s' test_ch05_nccl_cuda "$result" "$secs")"
+    version=$(grep -m1 '^NCCL ' "$scratch/nccl.log")
+    [[ -n $version ]] && say "$version"
+  fi
 fi
 
 # --- compute-sanitizer on small cases -------------------------------------------------------
