@@ -61,7 +61,7 @@ constexpr long long kMaxSteps = 1000000000;
 struct TrainArgs {
   std::string model, data, policy, scaler, optimizer, lr, steps, seed, checkpoint, every, resume_from, plot;
   std::string bucket_mb, comm_dtype;
-  bool resume = false, json = false, data_parallel = false, shard_optimizer = false;
+  bool resume = false, json = false, data_parallel = false, shard_optimizer = false, sync_bn = false;
 };
 
 // What a validated command line is.
@@ -73,7 +73,7 @@ struct Plan {
   tr::Checkpoint resume;       // the parsed checkpoint, when resume_path is set
   tr::KillPoint kill;
   bool json = false;
-  bool data_parallel = false, shard_optimizer = false;
+  bool data_parallel = false, shard_optimizer = false, sync_bn = false;
   double bucket_mb = 25;
   mpt::DType comm_dtype = mpt::DType::f32;
 };
@@ -151,9 +151,14 @@ Plan plan_of(const TrainArgs& a) {
     if (a.shard_optimizer) throw UsageError("--shard-optimizer needs --data-parallel (under mpiexec -n N)");
     if (!a.bucket_mb.empty()) throw UsageError("--bucket-mb needs --data-parallel (under mpiexec -n N)");
     if (!a.comm_dtype.empty()) throw UsageError("--comm-dtype needs --data-parallel (under mpiexec -n N)");
+    if (a.sync_bn) throw UsageError("--sync-bn needs --data-parallel (under mpiexec -n N)");
   }
+  if (a.sync_bn && (a.model == "mlp" || a.model == "transformer"))
+    throw UsageError("--sync-bn: the " + a.model +
+                     " model has no BatchNorm to synchronise; --sync-bn is for --model cnn");
   p.data_parallel = a.data_parallel;
   p.shard_optimizer = a.shard_optimizer;
+  p.sync_bn = a.sync_bn;
   if (!a.bucket_mb.empty()) {
     double mb = 0;
     if (!mpt::cli::parse_number(a.bucket_mb, mb))
@@ -349,6 +354,7 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
   dp.shard_optimizer = p.shard_optimizer;
   dp.bucket_mb = p.bucket_mb;
   dp.comm_dtype = p.comm_dtype;
+  dp.sync_bn = p.sync_bn;
   tr::TrainRun run = [&] {
     try {
       return invalid_argument_is_usage_error([&] { return tr::TrainRun(p.config, dp); });
@@ -418,11 +424,10 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
     nlohmann::ordered_json j;
     j["config"] = config_json(p.config);
     if (world != nullptr) {
-      j["data_parallel"] = {{"world_size", world->size()},
-                            {"shard_optimizer", p.shard_optimizer},
-                            {"bucket_mb", p.bucket_mb},
-                            {"comm_dtype", std::string(mpt::dtype_name(p.comm_dtype))},
-                            {"skipped_per_rank", per_rank}};
+      j["data_parallel"] = {
+          {"world_size", world->size()}, {"shard_optimizer", p.shard_optimizer},
+          {"bucket_mb", p.bucket_mb},    {"comm_dtype", std::string(mpt::dtype_name(p.comm_dtype))},
+          {"sync_bn", p.sync_bn},        {"skipped_per_rank", per_rank}};
     }
     j["resumed_at_step"] = first;
     nlohmann::ordered_json records = nlohmann::ordered_json::array();
@@ -440,8 +445,8 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
   }
   if (world != nullptr)
     std::cout << "data parallel: " << world->size() << " rank" << (world->size() == 1 ? "" : "s")
-              << (p.shard_optimizer ? ", sharded optimizer" : "") << ", gradients in "
-              << mpt::dtype_name(p.comm_dtype) << "\n";
+              << (p.shard_optimizer ? ", sharded optimizer" : "") << (p.sync_bn ? ", sync BN" : "")
+              << ", gradients in " << mpt::dtype_name(p.comm_dtype) << "\n";
   std::cout << "final loss " << loss_text(s.final_loss) << " (step " << steps << "), " << s.metric << " "
             << mpt::cli::outcome_text(s.metric_value) << "\n"
             << "skipped steps " << s.skipped << " of " << steps << ", final scale "
@@ -518,6 +523,9 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   t->add_flag("--shard-optimizer", a->shard_optimizer,
               "with --data-parallel: ZeRO-1, each rank keeps and updates its shard of the optimizer state; "
               "the scaler's found-inf flag is all-reduced (ShardedGradScaler)");
+  t->add_flag("--sync-bn", a->sync_bn,
+              "with --data-parallel and --model cnn: SyncBatchNorm, every BatchNorm normalizes with the "
+              "statistics of the whole batch across the ranks (all-gathered, merged by Chan's formula)");
   t->add_option("--bucket-mb", a->bucket_mb,
                 "with --data-parallel: DDP's bucket capacity in MiB, a finite number > 0; default 25")
       ->type_name("X");

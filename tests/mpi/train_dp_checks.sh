@@ -3,7 +3,7 @@
 # sees it: N ranks against one process, the sharded optimizer against plain
 # DDP, output on rank 0 only, a rank killed mid-run or mid-checkpoint and
 # the run resumed, a checkpoint resumed on another world size, and a world
-# size that does not divide the batch.
+# size that does not divide the batch; --sync-bn reported in the JSON.
 # Depends on: ../cli/cli_lib.sh (the shared harness), bash, grep; python3
 # for the JSON checks (those cases exit 77, Skipped, without it).
 #
@@ -137,6 +137,31 @@ resume_other_world)
   run "${TRAIN[@]}" --steps 20 --resume-from "$WORK/ck/ckpt-000000010.mpt"
   expect_rc 0
   expect_out "resumed from $WORK/ck/ckpt-000000010.mpt at step 10"
+  ;;
+
+sync_bn)
+  # --sync-bn on Chapter 3's digits Cnn (needs the digits file): the JSON
+  # says so, and the run is not the plain one (each rank's BatchNorm sees
+  # 32 rows without it, all 64 with it).
+  need_python
+  CNN=(train --model cnn --policy f32 --scaler none --steps 3 --json --data-parallel)
+  mpirun 2 "${CNN[@]}" --sync-bn
+  if [ "$RC" -eq 2 ] && grep -q digits "$ERR"; then
+    echo "skipped [$CASE]: no digits file (cmake --build build --target fetch-data)"
+    exit 77
+  fi
+  expect_rc 0
+  cp "$OUT" "$WORK/sync.json"
+  mpirun 2 "${CNN[@]}"
+  expect_rc 0
+  python3 - "$WORK/sync.json" "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+sync, plain = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert sync["data_parallel"]["sync_bn"] is True, sync["data_parallel"]
+assert plain["data_parallel"]["sync_bn"] is False, plain["data_parallel"]
+assert sync["data_parallel"]["world_size"] == 2, sync["data_parallel"]
+assert sync["masters_checksum"] != plain["masters_checksum"], "--sync-bn changed nothing"
+PY
   ;;
 
 batch_does_not_split)

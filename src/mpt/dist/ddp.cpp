@@ -1,5 +1,5 @@
 // Chapter 05 — loss scaling across ranks: DistributedDataParallel (see ddp.hpp).
-// Depends on: ddp.hpp, communicator.hpp; the nn tier (Model, Parameter,
+// Depends on: ddp.hpp, communicator.hpp, sync_batch_norm.hpp; the nn tier (Model, Parameter,
 // BatchNorm), the formats tier (storage.hpp: packing into f16/bf16).
 #include "mpt/dist/ddp.hpp"
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "mpt/dist/sync_batch_norm.hpp"
 #include "mpt/formats/storage.hpp"
 #include "mpt/nn/batch_norm.hpp"
 
@@ -67,6 +68,7 @@ DistributedDataParallel::DistributedDataParallel(Model& model, Communicator& com
   for (Parameter* p : params_) comm.broadcast(p->master.f32_data(), p->master.bytes(), 0);
   model.refresh_model_copies();
   broadcast_buffers();
+  if (options_.sync_batch_norm) sync_batch_norms(model, comm);
 
   // Buckets: parameters in reverse order, cut at the capacity.
   const auto elements_in = [this](double mib) {
@@ -94,6 +96,7 @@ DistributedDataParallel::DistributedDataParallel(Model& model, Communicator& com
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (Parameter* p : params_) p->grad_hook = nullptr;
+  if (options_.sync_batch_norm) unsync_batch_norms(*model_);
   for (auto& s : state_)
     if (s->pending) s->pending->wait();
 }

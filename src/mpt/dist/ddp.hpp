@@ -73,6 +73,12 @@ struct DdpOptions {
   /// Broadcast BatchNorm's running estimates from rank 0 before every
   /// forward (PyTorch's broadcast_buffers, default true).
   bool broadcast_buffers = true;
+  /// SyncBatchNorm: every BatchNorm of the model normalizes with the
+  /// statistics of the whole batch across ranks (sync_batch_norm.hpp),
+  /// installed at construction and removed by the destructor. PyTorch makes
+  /// this a model conversion (SyncBatchNorm.convert_sync_batchnorm); default
+  /// false, each rank's own statistics, as there.
+  bool sync_batch_norm = false;
 };
 
 /// One bucket: parameters (indices into model.parameters()) packed into one
@@ -94,10 +100,11 @@ class DistributedDataParallel {
  public:
   /// Broadcast rank 0's masters (and, with broadcast_buffers, BatchNorm's
   /// running estimates), refresh the model copies, cut the buckets and set
-  /// the gradient hooks. model and comm must outlive this object. Throws
+  /// the gradient hooks (and, with sync_batch_norm, the BatchNorms'
+  /// reductions). model and comm must outlive this object. Throws
   /// std::invalid_argument (one line) for an option out of range.
   DistributedDataParallel(Model& model, Communicator& comm, DdpOptions options = {});
-  /// Removes the gradient hooks.
+  /// Removes the gradient hooks (and SyncBatchNorm's reductions).
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

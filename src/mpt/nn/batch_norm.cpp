@@ -2,9 +2,21 @@
 // Depends on: batch_norm.hpp, norm_cpu.hpp (the forward, one channel at a
 // time), norm_math.hpp, welford.hpp; Chapter 1's rounding (gradients
 // rounded into the parameters' dtype).
+//
+// The synchronised path (set_statistics_reduction) follows PyTorch's
+// SyncBatchNorm, torch/nn/modules/_functions.py in pytorch/pytorch (read at
+// commit 016ec49da759b42af4b11b14ce22e8cbd840e5ab): forward gathers every
+// rank's statistics and normalizes with the global mean and invstd;
+// backward all-reduces the per-channel sum_dy and sum_dy_xmu
+// (torch.batch_norm_backward_reduce) and computes grad_input from the global
+// sums and count (torch.batch_norm_backward_elemt), while grad_weight and
+// grad_bias stay local ("distributed training would handle all reduce").
+// Here the second sum is Σdy·x̂ = invstd·Σdy·(x − mean), the one dγ already is.
 #include "mpt/nn/batch_norm.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -47,6 +59,29 @@ norm_math::Layout layout_of(const Shape& s) {
 
 }  // namespace
 
+// The synchronised backward's pieces (file-named: the nn tier is a unity build).
+namespace batch_norm_sync {
+
+// dx from the global per-channel sums Σdy and Σdy·x̂ over `count` values:
+// norm_math::input_grad_batch with g = γ·dy, Σg = γ·Σdy, Σg·x̂ = γ·Σdy·x̂.
+void input_grad(const float* x, const float* dy, const norm_math::Layout& l, const float* mean,
+                const float* invstd, const float* weight, const float* sum_dy, const float* sum_dy_xhat,
+                std::int64_t count, float* dx) {
+  const auto m = static_cast<float>(count);
+  for (std::int64_t n = 0; n < l.outer; ++n)
+    for (std::int64_t c = 0; c < l.channels; ++c) {
+      const float w = weight ? weight[c] : 1.0f;
+      const float sum_g = w * sum_dy[c], sum_g_xhat = w * sum_dy_xhat[c];
+      for (std::int64_t i = 0; i < l.inner; ++i) {
+        const std::int64_t e = l.offset(n, c, i);
+        dx[e] = norm_math::input_grad_batch(invstd[c], m, w * dy[e], sum_g,
+                                            norm_math::normalize(x[e], mean[c], invstd[c]), sum_g_xhat);
+      }
+    }
+}
+
+}  // namespace batch_norm_sync
+
 BatchNorm::BatchNorm(int num_features) : BatchNorm(num_features, Options{}) {}
 
 BatchNorm::BatchNorm(int num_features, Options options) : num_features_(num_features), options_(options) {
@@ -69,6 +104,21 @@ BatchNorm::BatchNorm(int num_features, Options options) : num_features_(num_feat
     running_mean = Tensor(DType::f32, {c});
     running_var = Tensor::from_f32(ones.data(), {c}, DType::f32);
   }
+}
+
+void BatchNorm::set_statistics_reduction(StatisticsReduction statistics,
+                                         GradientSumsReduction gradient_sums) {
+  if (static_cast<bool>(statistics) != static_cast<bool>(gradient_sums))
+    throw std::invalid_argument(who() +
+                                ": set_statistics_reduction needs both the statistics and the gradient-sums "
+                                "reduction, or neither (clear_statistics_reduction)");
+  reduce_statistics_ = std::move(statistics);
+  reduce_gradient_sums_ = std::move(gradient_sums);
+}
+
+void BatchNorm::clear_statistics_reduction() {
+  reduce_statistics_ = nullptr;
+  reduce_gradient_sums_ = nullptr;
 }
 
 std::string BatchNorm::who() const { return path().empty() ? "BatchNorm" : "BatchNorm " + path(); }
@@ -130,7 +180,9 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   // PyTorch's bn_training: batch statistics in training, and in eval when
   // there are no running estimates.
   const bool batch = training() || !track;
-  if (batch && l.count() == 1)
+  // SyncBatchNorm: training-mode statistics through the reduction.
+  const bool sync = training() && reduce_statistics_;
+  if (batch && !sync && l.count() == 1)
     throw std::invalid_argument(who() +
                                 ": expected more than 1 value per channel when training, got x of shape " +
                                 shape_string(x.shape()));
@@ -151,13 +203,36 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   skipped_ = false;
   bool updated = false;
   used_batch_stats_ = batch;
+  synced_ = false;
+  used_count_ = l.count();
   Tensor out;
   if (batch) {
     // FP32 Welford statistics, whatever dtype x is stored in, and y from
     // them: norm_math's formulas, one channel at a time (norm_cpu.hpp).
     std::vector<Welford<float>> stats(nc);
-    out = norm_cpu::forward(x_, l, norm_math::AffineAxis::channel, wp, bp, eps, op_.output, stats.data(),
-                            mean.data(), invstd.data());
+    if (sync) {
+      // This rank's statistics (the order norm_cpu::forward takes them in),
+      // replaced by the global ones; then y from those.
+      std::vector<float> xf(static_cast<std::size_t>(x_.numel()));
+      x_.to_f32(xf.data());
+      norm_math::statistics(xf.data(), l, stats.data());
+      reduce_statistics_(stats);
+      if (stats.size() != nc)
+        throw std::logic_error(who() + ": the statistics reduction returned " + std::to_string(stats.size()) +
+                               " channels, expected " + c);
+      synced_ = true;
+      used_count_ = stats[0].count;
+      if (used_count_ <= 1)
+        throw std::invalid_argument(who() + ": expected more than 1 value per channel when training, got " +
+                                    std::to_string(used_count_) + " across the ranks (x of shape " +
+                                    shape_string(x.shape()) + " here)");
+      norm_math::mean_invstd(stats.data(), static_cast<std::int64_t>(nc), eps, mean.data(), invstd.data());
+      out = norm_cpu::forward(x_, l, norm_math::AffineAxis::channel, wp, bp, eps, op_.output, nullptr,
+                              mean.data(), invstd.data());
+    } else {
+      out = norm_cpu::forward(x_, l, norm_math::AffineAxis::channel, wp, bp, eps, op_.output, stats.data(),
+                              mean.data(), invstd.data());
+    }
     batch_mean_ = f32_tensor(mean);
     batch_invstd_ = f32_tensor(invstd);
     used_mean_ = batch_mean_;
@@ -223,10 +298,31 @@ Tensor BatchNorm::backward_impl(const Tensor& dy, Context& ctx) {
     db.resize(w.size());
   }
   if (input_grad()) dx.resize(xf.size());
-  // FP32 sums and formulas: x̂ from the saved input and statistics.
-  norm_math::backward(xf.data(), dyf.data(), l, mean.data(), invstd.data(), affine ? w.data() : nullptr,
-                      norm_math::AffineAxis::channel, used_batch_stats_, input_grad() ? dx.data() : nullptr,
-                      affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
+  if (synced_ && input_grad()) {
+    // SyncBatchNorm: this rank's Σdy·x̂ and Σdy (what dγ and dβ are, in
+    // norm_math::backward's order), all-reduced, and dx from the global sums.
+    const std::size_t nc = static_cast<std::size_t>(num_features_);
+    std::vector<float> sums(2 * nc);  // [Σdy, Σdy·x̂]
+    norm_math::backward(xf.data(), dyf.data(), l, mean.data(), invstd.data(), affine ? w.data() : nullptr,
+                        norm_math::AffineAxis::channel, true, static_cast<float*>(nullptr), sums.data() + nc,
+                        sums.data());
+    if (affine) {
+      std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(nc), db.begin());
+      std::copy(sums.begin() + static_cast<std::ptrdiff_t>(nc), sums.end(), dw.begin());
+    }
+    reduce_gradient_sums_(sums);
+    if (sums.size() != 2 * nc)
+      throw std::logic_error(who() + ": the gradient-sums reduction returned " + std::to_string(sums.size()) +
+                             " values, expected " + std::to_string(2 * nc));
+    batch_norm_sync::input_grad(xf.data(), dyf.data(), l, mean.data(), invstd.data(),
+                                affine ? w.data() : nullptr, sums.data(), sums.data() + nc, used_count_,
+                                dx.data());
+  } else {
+    // FP32 sums and formulas: x̂ from the saved input and statistics.
+    norm_math::backward(xf.data(), dyf.data(), l, mean.data(), invstd.data(), affine ? w.data() : nullptr,
+                        norm_math::AffineAxis::channel, used_batch_stats_, input_grad() ? dx.data() : nullptr,
+                        affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
+  }
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
     weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wd);

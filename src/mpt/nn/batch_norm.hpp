@@ -1,6 +1,6 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the BatchNorm layer.
-// Depends on: module.hpp, parameter.hpp; norm_math.hpp and welford.hpp (the
-// formulas, in batch_norm.cpp).
+// Depends on: module.hpp, parameter.hpp, welford.hpp (the statistics the
+// reduction seam passes); norm_math.hpp (the formulas, in batch_norm.cpp).
 //
 // torch.nn.BatchNorm1d and BatchNorm2d in one class. The semantics are
 // PyTorch's (torch/nn/modules/batchnorm.py, _BatchNorm.forward;
@@ -27,15 +27,22 @@
 // ("batch_norm", path) — what model.half() does to a BatchNorm's buffers —
 // and every running update is computed in FP32 and rounded once into that
 // dtype.
+//
+// The statistics-reduction seam (set_statistics_reduction) is what Chapter
+// 5's SyncBatchNorm plugs into (mpt/dist/sync_batch_norm.hpp): this tier only
+// calls two functions, it knows nothing of ranks. Unset, the layer computes
+// exactly what it computed before the seam existed, bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
+#include "mpt/nn/welford.hpp"
 
 namespace mpt {
 
@@ -92,6 +99,33 @@ class BatchNorm final : public Module {
   /// because guard_running_update saw a non-finite batch statistic.
   bool running_update_skipped() const { return skipped_; }
 
+  /// See set_statistics_reduction(): this rank's per-channel FP32 Welford
+  /// statistics (C entries) in, the merged statistics of every rank's batch
+  /// out (same size, every count the global number of values per channel).
+  using StatisticsReduction = std::function<void(std::vector<Welford<float>>& stats)>;
+  /// See set_statistics_reduction(): [Σdy (C), Σdy·x̂ (C)] over this rank's
+  /// values in, the sums over every rank's values out.
+  using GradientSumsReduction = std::function<void(std::vector<float>& sums)>;
+  /// The seam for SyncBatchNorm (Chapter 5). When set, a training-mode
+  /// forward takes this rank's statistics (norm_math::statistics on x
+  /// widened), hands them to `statistics`, and normalizes with what it
+  /// returns — the global mean and biased variance — and folds the unbiased
+  /// variance over the *global* count into running_var (as PyTorch's
+  /// SyncBatchNorm, torch.batch_norm_gather_stats_with_counts). The
+  /// one-value-per-channel refusal then applies to the global count. The
+  /// backward of such a forward, when dx is wanted, hands the two
+  /// per-channel sums dx needs to `gradient_sums` and computes dx from the
+  /// global sums and count; dγ and dβ stay this rank's own sums (DDP
+  /// averages them with the other gradients). Both are called in the same
+  /// order on every rank, so they may be collectives. Eval mode never calls
+  /// them. Unset (the default, or after clear_statistics_reduction()), nothing
+  /// changes. Throws std::invalid_argument if exactly one of them is empty.
+  void set_statistics_reduction(StatisticsReduction statistics, GradientSumsReduction gradient_sums);
+  /// Back to this rank's own statistics.
+  void clear_statistics_reduction();
+  /// Whether a reduction is set.
+  bool has_statistics_reduction() const { return static_cast<bool>(reduce_statistics_); }
+
   /// {weight, bias}, or none without affine.
   std::vector<Parameter*> parameters() override;
   /// γ's and β's model copies and the running estimates in
@@ -123,6 +157,10 @@ class BatchNorm final : public Module {
   Tensor batch_mean_, batch_invstd_;  // the last batch statistics
   bool used_batch_stats_ = true;
   bool skipped_ = false;
+  bool synced_ = false;          // the last forward's statistics came through the reduction
+  std::int64_t used_count_ = 0;  // values per channel they cover (global when synced_)
+  StatisticsReduction reduce_statistics_;
+  GradientSumsReduction reduce_gradient_sums_;
   OpPrecision op_{};
 };
 

@@ -199,9 +199,14 @@ struct TrainRun::Impl {
       o.bucket_cap_mb = parallel.bucket_mb;
       o.comm_dtype = parallel.comm_dtype;
       o.fixed_order = parallel.fixed_order;
+      o.sync_batch_norm = parallel.sync_bn;
+      if (parallel.sync_bn && config.model != "cnn")
+        bad_config("sync_bn: the " + config.model + " model has no BatchNorm; SyncBatchNorm is for the cnn");
       ddp = std::make_unique<dist::DistributedDataParallel>(*net, *parallel.comm, o);
     } else if (parallel.shard_optimizer) {
       bad_config("a sharded optimizer needs the ranks of a data-parallel run");
+    } else if (parallel.sync_bn) {
+      bad_config("sync_bn needs the ranks of a data-parallel run");
     }
     // The optimizer over `params`: all of them, or this rank's shard.
     const auto make_optimizer = [this](std::vector<Parameter*> params) -> std::unique_ptr<Optimizer> {

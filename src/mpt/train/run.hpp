@@ -56,6 +56,9 @@ struct DataParallel {
   double bucket_mb = 25;          ///< DdpOptions::bucket_cap_mb
   DType comm_dtype = DType::f32;  ///< DdpOptions::comm_dtype (f32, f16, bf16)
   bool fixed_order = false;       ///< DdpOptions::fixed_order
+  /// DdpOptions::sync_batch_norm: BatchNorm statistics over the whole batch
+  /// across ranks (SyncBatchNorm). Only for a model with BatchNorm (cnn).
+  bool sync_bn = false;
 };
 
 /// The configuration with every default filled in and every field checked:
