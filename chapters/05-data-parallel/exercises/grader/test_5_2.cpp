@@ -31,9 +31,10 @@ std::vector<std::vector<float>> finite_gradients() {
 void expect_verdict(const std::vector<std::vector<float>>& grads, bool expected, const char* situation) {
   bool verdict = !expected;
   on_every_rank([&] { verdict = found_inf_across(world(), grads); });
-  CHECK_MESSAGE(everyone(verdict == expected),
-                situation << ": expected " << (expected ? "true" : "false") << " on every rank; rank 0 got "
-                          << (verdict ? "true" : "false") << " (the table shows rank 0's view)");
+  const std::string what = std::string(situation) + ": expected " + (expected ? "true" : "false") +
+                           " on every rank; rank 0 got " + (verdict ? "true" : "false") +
+                           " (the table shows rank 0's view)";
+  CHECK_MESSAGE(everyone(verdict == expected), what);
 }
 
 struct SeamRun {
@@ -99,7 +100,7 @@ TEST_SUITE("exercise-5.2") {
     CHECK_MESSAGE(everyone(ok),
                   "expected the step skipped and the scale backed off to 32768 on every rank; "
                   "rank 0: "
-                      << (run.stepped ? "stepped" : "skipped") << ", scale " << run.scale);
+                      << std::string(run.stepped ? "stepped" : "skipped") << ", scale " << run.scale);
     CHECK_MESSAGE(everyone(same_on_every_rank(run.masters)), "the ranks' weights differ after the iteration");
   }
 
@@ -107,6 +108,6 @@ TEST_SUITE("exercise-5.2") {
     const SeamRun run = seam_iteration(false);
     CHECK_MESSAGE(everyone(run.stepped && run.scale == 65536.0f),
                   "expected a step and the scale 65536 on every rank; rank 0: "
-                      << (run.stepped ? "stepped" : "skipped") << ", scale " << run.scale);
+                      << std::string(run.stepped ? "stepped" : "skipped") << ", scale " << run.scale);
   }
 }  // TEST_SUITE
