@@ -3,7 +3,8 @@
 # Used by checks.cmake and check_handout.sh; never shipped.
 
 #   cmake -DGRADER=exe -DEXPECT=none|full|below|partial [-DARGS=a;b]
-#         [-DONLY=1.2] [-DNOT_IMPLEMENTED=ON] [-DREQUIRE_REGEX=re] -P check_grader.cmake
+#         [-DONLY=1.2] [-DNOT_IMPLEMENTED=ON] [-DREQUIRE_REGEX=re]
+#         [-DLAUNCHER=mpiexec|-n|2] -P check_grader.cmake
 # none: 0 points for every exercise; full: all points; below: less than full
 # for every exercise; partial: more than 0 and less than full for every
 # exercise. A crash, a missing executable or a missing "total:" line fails
@@ -12,6 +13,8 @@
 # stub's "exercise N.M not implemented"; a diagnose exercise (its title
 # starts "diagnose: ") ships a broken body that runs, so it must score 0
 # without that message: the shipped bug fails every one of its test cases.
+# LAUNCHER ('|' between its words): the command the grader runs under
+# (Chapter 5's graders run under mpiexec; rank 0 alone prints).
 foreach(v GRADER EXPECT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_grader.cmake: -D${v}=... is required")
@@ -21,7 +24,8 @@ if(NOT EXISTS "${GRADER}")
   message(FATAL_ERROR "grader executable ${GRADER} does not exist (did the build fail?)")
 endif()
 
-execute_process(COMMAND "${GRADER}" ${ARGS}
+string(REPLACE "|" ";" launcher "${LAUNCHER}")
+execute_process(COMMAND ${launcher} "${GRADER}" ${ARGS}
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 message("${out}")
 if(err)

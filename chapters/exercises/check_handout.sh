@@ -6,6 +6,8 @@
 #   Usage: check_handout.sh CHAPTER SOURCE_DIR PREFIX WORK_DIR [cmake -D...]
 # PREFIX is an installed mpt (the CTest fixture mpt_installed installs the
 # build there once, for every handout check and the consumer check).
+# MPT_GRADER_LAUNCHER (environment; words separated by '|'): the command the
+# graders run under (Chapter 5's: mpiexec -n 2 ...).
 
 # Makes the handout, checks that it holds every file of the manifest and no
 # solution code, builds the handout against the installed mpt
@@ -19,6 +21,7 @@ prefix=$3
 work=$4
 configure_args=("${@:5}")  # the compiler and flags the library was built with
 kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+launcher=${MPT_GRADER_LAUNCHER:-}
 fail() { echo "check_handout: FAIL: $*" >&2; exit 1; }
 
 shopt -s nullglob
@@ -89,11 +92,11 @@ grep -q "mpt_DIR:PATH=$prefix" "$work/build/CMakeCache.txt" ||
   fail "the handout did not find the installed mpt in $prefix"
 
 echo "--- the stubs score zero"
-cmake -DGRADER="$work/build/grader_ch$nn" -DEXPECT=none -DNOT_IMPLEMENTED=ON -P "$kit/check_grader.cmake"
+cmake -DGRADER="$work/build/grader_ch$nn" -DEXPECT=none -DNOT_IMPLEMENTED=ON -DLAUNCHER="$launcher" -P "$kit/check_grader.cmake"
 
 echo "--- grading a submission (the reference solution) the instructor's way"
 cmake "$work/build" -DMPT_EX${nn}_STUDENT_SOURCE="$ex/solution/ex$nn.cpp" >/dev/null
 cmake --build "$work/build" -j 2
-cmake -DGRADER="$work/build/grader_ch$nn" -DEXPECT=full -P "$kit/check_grader.cmake"
+cmake -DGRADER="$work/build/grader_ch$nn" -DEXPECT=full -DLAUNCHER="$launcher" -P "$kit/check_grader.cmake"
 
 echo "handout check: ok"

@@ -7,7 +7,10 @@
 #   mpt_exercise_checks(NN
 #     EXERCISES 2.1 2.2 2.3            the ids, in order (for the error check)
 #     ONE 2.2                          an id to grade alone
-#     [HIDDEN_EXAMPLE file.cpp HIDDEN_REGEX regex])
+#     [HIDDEN_EXAMPLE file.cpp HIDDEN_REGEX regex]
+#     [LINK target...]                 more libraries for the graders (mpt::dist_mpi)
+#     [LAUNCHER cmd...]                how every grader is run (mpiexec -n 2 ...)
+#     [PROCESSORS n] [TIMEOUT s])      CTest's properties of every grader run
 #
 # The chapter folder must hold exNN.hpp, student/exNN.cpp (the stubs and
 # the diagnose exercises' broken bodies),
@@ -27,11 +30,22 @@ include(${CMAKE_CURRENT_LIST_DIR}/grader.cmake)
 set(MPT_EXERCISE_KIT_CHECKS_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 function(mpt_exercise_checks NN)
-  cmake_parse_arguments(C "" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX" "EXERCISES" ${ARGN})
+  cmake_parse_arguments(C "" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX;PROCESSORS;TIMEOUT" "EXERCISES;LINK;LAUNCHER" ${ARGN})
   set(ex ${CMAKE_CURRENT_SOURCE_DIR})
   set(kit ${MPT_EXERCISE_KIT_CHECKS_DIR})
   set(ch ch${NN})
   mpt_grader_objects(${NN} ${ex})
+  if(C_LINK)
+    target_link_libraries(ex${NN}_grader_objects PUBLIC ${C_LINK})
+  endif()
+  # A launcher travels to check_grader.cmake as one argument: '|' for ';'.
+  string(REPLACE ";" "|" launcher "${C_LAUNCHER}")
+  if(NOT C_PROCESSORS)
+    set(C_PROCESSORS 1)
+  endif()
+  if(NOT C_TIMEOUT)
+    set(C_TIMEOUT 300)
+  endif()
 
   mpt_grader(${NN} grader_${ch}_stubs ${ex}/student/ex${NN}.cpp)
   mpt_grader(${NN} grader_${ch}_solution ${ex}/solution/ex${NN}.cpp)
@@ -63,13 +77,14 @@ function(mpt_exercise_checks NN)
 
   # --- the grader, checked both ways -----------------------------------------
   set(labels "${ch};exercise")
-  # A grader run takes under a second; 300 s. A handout check builds the
+  # A grader run takes under a second (a chapter that runs it under
+  # mpiexec gives its own TIMEOUT); 300 s. A handout check builds the
   # handout twice (about 25 s here); 600 s.
   function(_mpt_exercise_check NAME GRADER EXPECT)
     add_test(NAME ${NAME}
       COMMAND ${CMAKE_COMMAND} -DGRADER=$<TARGET_FILE:${GRADER}> -DEXPECT=${EXPECT} ${ARGN}
-              -P ${kit}/check_grader.cmake)
-    set_tests_properties(${NAME} PROPERTIES LABELS "${labels}" TIMEOUT 300)
+              "-DLAUNCHER=${launcher}" -P ${kit}/check_grader.cmake)
+    set_tests_properties(${NAME} PROPERTIES LABELS "${labels}" TIMEOUT ${C_TIMEOUT} PROCESSORS ${C_PROCESSORS})
   endfunction()
 
   _mpt_exercise_check(exercise_${ch}_stubs_score_zero grader_${ch}_stubs none -DNOT_IMPLEMENTED=ON)
@@ -85,9 +100,9 @@ function(mpt_exercise_checks NN)
 
   list(JOIN C_EXERCISES ", " valid)
   string(REPLACE "." "\\." valid_re "${valid}")
-  add_test(NAME exercise_${ch}_unknown_exercise COMMAND grader_${ch}_solution --exercise 9.9)
+  add_test(NAME exercise_${ch}_unknown_exercise COMMAND ${C_LAUNCHER} $<TARGET_FILE:grader_${ch}_solution> --exercise 9.9)
   set_tests_properties(exercise_${ch}_unknown_exercise PROPERTIES LABELS "${labels}"
-    PASS_REGULAR_EXPRESSION "unknown exercise '9\\.9'; valid: ${valid_re}\n")
+    TIMEOUT ${C_TIMEOUT} PROCESSORS ${C_PROCESSORS} PASS_REGULAR_EXPRESSION "unknown exercise '9\\.9'; valid: ${valid_re}\n")
 
   # The handout: made by the tool, free of solution code, and building on its
   # own against an installed mpt (the tests' one install, fixture
@@ -99,5 +114,5 @@ function(mpt_exercise_checks NN)
             -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}"
             -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE})
   set_tests_properties(exercise_${ch}_handout PROPERTIES LABELS "${labels};install" TIMEOUT 600
-    FIXTURES_REQUIRED mpt_installed)
+    FIXTURES_REQUIRED mpt_installed ENVIRONMENT "MPT_GRADER_LAUNCHER=${launcher}")
 endfunction()

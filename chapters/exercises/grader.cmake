@@ -69,8 +69,9 @@ endfunction()
 # calls this after project()): C++17, mpt found installed or built from a
 # source tree (MPT_SOURCE_DIR), doctest, and grader_chNN built from exNN.cpp
 # in the handout folder, or from MPT_EXNN_STUDENT_SOURCE (an instructor's
-# submission). A macro: find_package and add_subdirectory must act in the
-# handout's own scope.
+# submission); its test runs under MPT_GRADER_LAUNCHER when the handout
+# sets one (Chapter 5: mpiexec). A macro: find_package and add_subdirectory
+# must act in the handout's own scope.
 macro(mpt_handout_grader NN)
   set(CMAKE_CXX_STANDARD 17)
   set(CMAKE_CXX_STANDARD_REQUIRED ON)
@@ -96,5 +97,5 @@ macro(mpt_handout_grader NN)
   mpt_grader(${NN} grader_ch${NN} "${MPT_EX${NN}_STUDENT_SOURCE}")
 
   enable_testing()
-  add_test(NAME grader_ch${NN} COMMAND grader_ch${NN})
+  add_test(NAME grader_ch${NN} COMMAND ${MPT_GRADER_LAUNCHER} $<TARGET_FILE:grader_ch${NN}>)
 endmacro()
