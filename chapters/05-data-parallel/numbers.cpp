@@ -62,7 +62,12 @@ std::vector<float> masters_of(Model& net) {
 
 std::size_t bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
   std::size_t n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    std::uint32_t x = 0, y = 0;  // the bits, compared as integers
+    std::memcpy(&x, &a[i], sizeof x);
+    std::memcpy(&y, &b[i], sizeof y);
+    n += x != y;
+  }
   return n;
 }
 

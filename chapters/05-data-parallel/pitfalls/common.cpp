@@ -4,6 +4,7 @@
 // <algorithm>, <cmath>, <cstring>, <stdexcept>.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -114,7 +115,12 @@ double norm_diff(const std::vector<float>& a, const std::vector<float>& b) {
 double bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
   common_helpers::same_size(a, b, "bits_differ");
   double n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    std::uint32_t x = 0, y = 0;  // the bits, compared as integers
+    std::memcpy(&x, &a[i], sizeof x);
+    std::memcpy(&y, &b[i], sizeof y);
+    n += x != y;
+  }
   return n;
 }
 

@@ -86,6 +86,7 @@ double seconds_since(std::chrono::steady_clock::time_point start);
 /// all-reduces made (blocking or started) and their bytes.
 class CountingCommunicator final : public dist::Communicator {
  public:
+  /// Forwards every call to `inner`, which must outlive it.
   explicit CountingCommunicator(dist::Communicator& inner) : inner_(&inner) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }

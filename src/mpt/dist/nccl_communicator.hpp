@@ -68,11 +68,13 @@ class NcclCommunicator final : public Communicator {
   };
   /// A world of one rank on the chosen device.
   explicit NcclCommunicator(const Options& options);
+  /// A world of one rank, with the default Options.
   NcclCommunicator();
   /// The ranks of `bootstrap` (an MpiCommunicator: one process per rank):
   /// rank 0 makes the unique id and broadcasts it through `bootstrap`,
   /// which is used for nothing else.
   NcclCommunicator(Communicator& bootstrap, const Options& options);
+  /// As above, with the default Options.
   explicit NcclCommunicator(Communicator& bootstrap);
   /// Rank `rank` of `size` joining the group of `id` (ncclCommInitRank,
   /// which returns once every rank has joined): for ranks that are threads

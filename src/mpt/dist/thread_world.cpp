@@ -17,13 +17,13 @@
 
 namespace mpt::dist {
 
+namespace {
 using Kind = CollectiveCall::Kind;
 
-namespace {
 // What a rank throws when its call cannot complete because of another
 // rank (the failure is that rank's, already recorded).
 struct Abandoned : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit Abandoned(const std::string& what) : std::runtime_error(what) {}
 };
 
 std::string seconds_text(double s) {
