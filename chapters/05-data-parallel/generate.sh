@@ -81,6 +81,7 @@ bench_deterministic() {
     bench-allreduce.txt)
       awk '
         /^run / { print; next }
+        /^ddp cap / { print $1, $2, $3, $4, $5; next }
         /^(raw|ddp) / { print $1, $2; next }
         /^world [0-9]+:/ { print $1, $2 }
       ' ;;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -160,6 +161,31 @@ TEST_CASE("Tensor: copies share the buffer, writes copy first, clone() owns one"
   CHECK_FALSE(h.shares_storage_with(a));
   // The buffer is aligned for vector loads.
   CHECK(reinterpret_cast<std::uintptr_t>(a.raw()) % 64 == 0);
+}
+
+TEST_CASE("Tensor: borrowing() reads and writes memory it does not own, and copy on write still holds") {
+  std::vector<float> memory = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  {
+    Tensor t = Tensor::borrowing(memory.data(), {2, 3}, DType::f32);
+    CHECK(t.raw() == memory.data());  // no copy
+    CHECK(t.value(4) == 5.0f);
+    t.f32_data()[0] = 10.0f;  // the only tensor on it: writes land in the memory
+    CHECK(memory[0] == 10.0f);
+    Tensor u = t;  // shared: a write through u copies first and leaves the memory alone
+    u.f32_data()[1] = 20.0f;
+    CHECK(memory[1] == 2.0f);
+    CHECK(u.raw() != memory.data());
+    CHECK(t.raw() == memory.data());
+    const Tensor c = t.clone();  // clone() owns its buffer
+    CHECK(c.raw() != memory.data());
+    CHECK(c.value(0) == 10.0f);
+  }
+  // The tensors are gone and the memory was not freed by them (the vector
+  // frees it; a double free would abort here under the sanitizers).
+  CHECK(memory[0] == 10.0f);
+  CHECK(Tensor::borrowing(nullptr, {0}, DType::f16).numel() == 0);
+  CHECK_THROWS_AS(Tensor::borrowing(nullptr, {2}, DType::f32), std::invalid_argument);
+  CHECK_THROWS_AS(Tensor::borrowing(memory.data(), {-1}, DType::f32), std::invalid_argument);
 }
 
 TEST_CASE("Tensor: a per-tensor scale stores x*scale and reads code/scale") {

@@ -8,9 +8,11 @@
 // Depends on: the dist tier, the nn/optim/amp tiers, doctest, dist_support.hpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <thread>
@@ -405,4 +407,99 @@ TEST_CASE("ThreadWorld: DDP on 2 and 4 ranks keeps the replicas equal and matche
     CHECK(worst > 0);     // a different order of sums: not the same bits,
     CHECK(worst < 1e-6);  // but within f32 rounding of them
   }
+}
+
+TEST_CASE("gradient_as_bucket_view: the gradients live in their buckets, with the bits of the copies") {
+  // Two ranks, one step, the same shards: once with the gradients as views of
+  // the buckets (the default), once with copies. Every gradient is in its
+  // bucket after construction; one replaced by the caller (a new tensor) and
+  // one written through a copy of it (copy on write moves it out) are brought
+  // back before their bucket is sent; the averages are the same bits either
+  // way; the destructor gives every gradient a buffer of its own again.
+  mpt::Batches b0(mpt_test::blobs(), 64, 99);
+  const mpt::Dataset batch = b0.next();
+  std::vector<std::vector<std::vector<float>>> got(2, std::vector<std::vector<float>>(2));
+  std::vector<int> in_bucket(2, 0), out_after(2, 0);
+  for (const bool views : {true, false}) {
+    mpt::dist::ThreadWorld world(2);
+    world.run([&](mpt::dist::Communicator& c) {
+      auto net = mpt_test::blobs_mlp();
+      const std::vector<mpt::Parameter*> params = net->parameters();
+      mpt::dist::DdpOptions o;
+      o.gradient_as_bucket_view = views;
+      o.bucket_cap_mb = 1000;  // one bucket: its buffer holds every gradient
+      std::vector<float> kept;
+      std::vector<const void*> where;
+      {
+        mpt::dist::DistributedDataParallel ddp(*net, c, o);
+        REQUIRE(ddp.buckets().size() == 1);
+        int inside = 0;
+        for (std::size_t k = 1; k < params.size(); ++k)  // neighbours in the buffer, in reverse order
+          if (params[k - 1]->grad.f32_data() == params[k]->grad.f32_data() + params[k]->grad.numel())
+            ++inside;
+        if (c.rank() == 0) in_bucket[views ? 0 : 1] = inside;
+        for (int step = 0; step < 2; ++step) {
+          for (mpt::Parameter* p : params) p->grad.fill_zero();
+          if (step == 1) {
+            params[0]->grad = mpt::Tensor(DType::f32, params[0]->grad.shape());  // replaced
+            const mpt::Tensor copy = params[1]->grad;                            // shared: the
+            params[1]->grad.fill_zero();                                         // write copies
+          }
+          ddp.before_forward();
+          (void)mpt_test::shard_backward(*net, batch, c.rank(), c.size(), 1.0f);
+          ddp.finish_backward();
+        }
+        kept = mpt_test::grads(*net);
+        for (mpt::Parameter* p : params) where.push_back(p->grad.raw());
+      }
+      // After the destructor: the averages are still there, in buffers of
+      // their own (with views, none is still in the freed bucket).
+      int moved = 0;
+      for (std::size_t k = 0; k < params.size(); ++k) moved += params[k]->grad.raw() != where[k] ? 1 : 0;
+      if (c.rank() == 0) {
+        got[views ? 0 : 1] = {kept, mpt_test::grads(*net)};
+        out_after[views ? 0 : 1] = moved;
+      }
+    });
+  }
+  CHECK(in_bucket[0] == static_cast<int>(mpt_test::blobs_mlp()->parameters().size()) - 1);  // views: one run
+  CHECK(in_bucket[1] == 0);  // copies: gradients where they were allocated
+  const int n_params = static_cast<int>(mpt_test::blobs_mlp()->parameters().size());
+  CHECK(mpt_test::bits_differ(got[0][0], got[1][0]) == 0);  // the same averages, bit for bit
+  CHECK(mpt_test::bits_differ(got[0][0], got[0][1]) == 0);  // kept by the destructor
+  CHECK(out_after[0] == n_params);                          // views: every gradient moved out
+  CHECK(out_after[1] == 0);                                 // copies: nothing to move
+}
+
+TEST_CASE(
+    "gradient_as_bucket_view: what was accumulated before DDP existed is averaged as the copies average it") {
+  // Gradients that hold 3 before the DDP is made (say, a backward run before
+  // wrapping the model): in a mirrored world of two the average is 3 again,
+  // with the views as with the copies. Then a backward without zero_grad
+  // adds to those averages: the same bits either way.
+  mpt::Batches b0(mpt_test::blobs(), 64, 7);
+  const mpt::Dataset batch = b0.next();
+  std::vector<std::vector<float>> after(2);
+  for (const bool views : {true, false}) {
+    CAPTURE(views);
+    auto net = mpt_test::blobs_mlp();
+    for (mpt::Parameter* p : net->parameters())
+      std::fill(p->grad.f32_data(), p->grad.f32_data() + p->grad.numel(), 3.0f);
+    MirrorWorld two(0, 2);
+    mpt::dist::DdpOptions o;
+    o.gradient_as_bucket_view = views;
+    {
+      mpt::dist::DistributedDataParallel ddp(*net, two, o);
+      ddp.finish_backward();  // no backward: every bucket reduced as it is
+      const std::vector<float> g = mpt_test::grads(*net);
+      CHECK(std::count(g.begin(), g.end(), 3.0f) == static_cast<std::ptrdiff_t>(g.size()));
+    }
+    mpt::dist::DistributedDataParallel ddp(*net, two, o);
+    for (int step = 0; step < 2; ++step) {  // no zero_grad: each adds to the averages before it
+      (void)mpt_test::shard_backward(*net, batch, 0, 2, 1.0f);
+      ddp.finish_backward();
+    }
+    after[views ? 0 : 1] = mpt_test::grads(*net);
+  }
+  CHECK(mpt_test::bits_differ(after[0], after[1]) == 0);
 }

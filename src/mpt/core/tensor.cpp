@@ -37,7 +37,9 @@ Storage::Storage(std::size_t bytes) : size_(bytes) {
   if (!data_) throw std::bad_alloc();
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  if (owned_) std::free(data_);
+}
 
 }  // namespace detail
 
@@ -84,6 +86,22 @@ Tensor Tensor::uninitialized(DType dtype, Shape shape) {
   t.shape_ = std::move(shape);
   t.numel_ = mpt::numel(t.shape_);
   if (t.numel_ > 0) t.storage_ = std::make_shared<detail::Storage>(t.bytes());
+  return t;
+}
+
+Tensor Tensor::borrowing(void* memory, Shape shape, DType dtype) {
+  for (std::int64_t s : shape)
+    if (s < 0) throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " has a negative size");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = mpt::numel(t.shape_);
+  if (t.numel_ > 0) {
+    if (memory == nullptr)
+      throw std::invalid_argument("Tensor::borrowing: no memory (nullptr) for " + std::to_string(t.numel_) +
+                                  " elements of shape " + shape_string(t.shape_));
+    t.storage_ = std::make_shared<detail::Storage>(static_cast<unsigned char*>(memory), t.bytes());
+  }
   return t;
 }
 

@@ -56,6 +56,9 @@ class Storage {
  public:
   /// `bytes` bytes (0 allowed).
   explicit Storage(std::size_t bytes);
+  /// `bytes` bytes at `borrowed`, which the caller owns and keeps alive: not
+  /// freed here (Tensor::borrowing).
+  Storage(unsigned char* borrowed, std::size_t bytes) : data_(borrowed), size_(bytes), owned_(false) {}
   ~Storage();
   Storage(const Storage&) = delete;             ///< shared through std::shared_ptr only
   Storage& operator=(const Storage&) = delete;  ///< shared through std::shared_ptr only
@@ -69,6 +72,7 @@ class Storage {
  private:
   unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  bool owned_ = true;
 };
 }  // namespace detail
 
@@ -87,6 +91,15 @@ class Tensor {
   static Tensor from_f32(const float* values, Shape shape, DType dtype, const RoundingOptions& options = {});
   /// A row-major FP32 matrix, shape {rows, cols}, rounded into dtype.
   static Tensor from_matrix(const Eigen::Ref<const MatrixF>& m, DType dtype);
+  /// A tensor over `memory` (numel × element bytes), which the caller owns
+  /// and keeps alive while this tensor, or a copy of it, reads it: no
+  /// allocation, no copy. Copy on write holds as for any tensor (a write
+  /// through one of two tensors that share the memory gives that one a
+  /// buffer of its own, and it no longer writes into `memory`). Chapter 5's
+  /// DDP keeps the gradients as views of its communication buckets so.
+  /// Throws std::invalid_argument for a negative size, or a null `memory`
+  /// with elements.
+  static Tensor borrowing(void* memory, Shape shape, DType dtype);
   /// values × scale rounded into dtype, with the scale kept: the stored codes
   /// hold x·scale and every read returns code·(1/scale) — per-tensor scaling
   /// as Transformer Engine does it for FP8. Throws std::invalid_argument

@@ -88,6 +88,28 @@ DistributedDataParallel::DistributedDataParallel(Model& model, Communicator& com
     bucket_of_[k] = buckets_.size() - 1;
   }
   for (std::size_t b = 0; b < buckets_.size(); ++b) state_.push_back(std::make_unique<BucketState>());
+  //! [ddp-bucket-view]
+  // gradient_as_bucket_view: each gradient moves into its place in its
+  // bucket's buffer (its values with it), and backward accumulates there.
+  views_ = options_.gradient_as_bucket_view && options_.comm_dtype == DType::f32;
+  if (views_) {
+    // The pre-division rides on backward's own pass: accumulate_grad adds
+    // each contribution times 1/predivide_factor, and divides what a
+    // gradient held before (its "carry") at its first contribution.
+    set_grad_factors(pre_factor(), pre_factor());
+    home_.assign(params_.size(), nullptr);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      std::vector<unsigned char>& buffer = state_[b]->buffer;
+      buffer.resize(static_cast<std::size_t>(buckets_[b].elements) * sizeof(float));
+      std::size_t at = 0;
+      for (std::size_t k : buckets_[b].params) {
+        home_[k] = reinterpret_cast<float*>(buffer.data()) + at;
+        at += static_cast<std::size_t>(params_[k]->grad.numel());
+        bring_home(k);
+      }
+    }
+  }
+  //! [ddp-bucket-view]
   expected_.assign(params_.size(), 0);
   seen_.assign(params_.size(), 0);
   for (std::size_t k = 0; k < params_.size(); ++k)
@@ -99,6 +121,45 @@ DistributedDataParallel::~DistributedDataParallel() {
   if (options_.sync_batch_norm) unsync_batch_norms(*model_);
   for (auto& s : state_)
     if (s->pending) s->pending->wait();
+  // The buffers go with this object: every gradient gets one of its own.
+  if (views_)
+    for (Parameter* p : params_) {
+      p->grad = p->grad.clone();
+      p->grad_factor = p->grad_carry = 1.0f;
+    }
+}
+
+float DistributedDataParallel::pre_factor() const {
+  return static_cast<float>(1.0 / options_.predivide_factor);
+}
+
+void DistributedDataParallel::set_grad_factors(float factor, float carry) {
+  for (Parameter* p : params_) {
+    p->grad_factor = factor;
+    p->grad_carry = carry;
+  }
+}
+
+void DistributedDataParallel::set_sync(bool on) {
+  sync_ = on;
+  if (!views_) return;
+  // Inside no_sync() the local sums build up undivided (PyTorch's p.grad
+  // there); the synchronised backward after it divides them at each
+  // gradient's first contribution.
+  if (on) set_grad_factors(pre_factor(), pre_factor());
+  else set_grad_factors(1.0f, 1.0f);
+}
+
+void DistributedDataParallel::bring_home(std::size_t k) {
+  Tensor& g = params_[k]->grad;
+  if (g.raw() == home_[k]) return;
+  const std::int64_t n = params_[k]->master.numel();
+  if (g.dtype() != DType::f32 || g.numel() != n)
+    throw std::logic_error(params_[k]->name + ": its gradient became " + std::string(dtype_name(g.dtype())) +
+                           " with " + std::to_string(g.numel()) + " elements; DDP needs f32 with " +
+                           std::to_string(n) + ", one per master weight");
+  if (g.numel() > 0) std::memcpy(home_[k], g.f32_data(), static_cast<std::size_t>(n) * sizeof(float));
+  g = Tensor::borrowing(home_[k], g.shape(), DType::f32);
 }
 
 void DistributedDataParallel::broadcast_buffers() {
@@ -138,14 +199,15 @@ void DistributedDataParallel::on_grad(std::size_t k) {
   //! [ddp-bucket-ready]
 }
 
-void DistributedDataParallel::start(std::size_t b, bool in_backward) {
+//! [ddp-predivide]
+// The gradients into bucket b, each multiplied by pre = 1/predivide_factor:
+// f16/bf16 communication (or gradient_as_bucket_view off).
+void DistributedDataParallel::copy_in(std::size_t b, float pre) {
   const Bucket& bucket = buckets_[b];
   BucketState& s = *state_[b];
   const DType d = options_.comm_dtype;
   const std::size_t eb = element_bytes(d);
   s.buffer.resize(static_cast<std::size_t>(bucket.elements) * eb);
-  //! [ddp-predivide]
-  const auto pre = static_cast<float>(1.0 / options_.predivide_factor);
   std::vector<float> scratch;
   std::size_t at = 0;
   for (std::size_t k : bucket.params) {
@@ -169,7 +231,26 @@ void DistributedDataParallel::start(std::size_t b, bool in_backward) {
     }
     at += n;
   }
-  //! [ddp-predivide]
+}
+//! [ddp-predivide]
+
+void DistributedDataParallel::start(std::size_t b, bool in_backward) {
+  const Bucket& bucket = buckets_[b];
+  BucketState& s = *state_[b];
+  const DType d = options_.comm_dtype;
+  if (views_) {  // the gradients are the bucket, already divided by accumulate_grad
+    for (std::size_t k : bucket.params) {
+      bring_home(k);
+      Parameter& p = *params_[k];
+      if (p.grad_carry != 1.0f) {  // no contribution in this backward: divided here
+        float* v = home_[k];
+        for (std::int64_t i = 0; i < p.grad.numel(); ++i) v[i] *= p.grad_carry;
+        p.grad_carry = 1.0f;
+      }
+    }
+  } else {
+    copy_in(b, static_cast<float>(1.0 / options_.predivide_factor));
+  }
   current_.bytes += static_cast<std::int64_t>(s.buffer.size());
   if (options_.fixed_order) {
     all_reduce_fixed_order(*comm_, s.buffer.data(), bucket.elements, d, ReduceOp::sum);
@@ -202,6 +283,18 @@ void DistributedDataParallel::finish_backward() {
     BucketState& s = *state_[b];
     if (s.pending) s.pending->wait();
     s.pending.reset();
+    if (views_) {  // the averages are already where the gradients are
+      if (post != 1.0f) {
+        auto* v = reinterpret_cast<float*>(s.buffer.data());
+        for (std::int64_t i = 0; i < buckets_[b].elements; ++i) v[i] *= post;
+      }
+      for (std::size_t k : buckets_[b].params) {  // one replaced since start(): the average, as a copy would
+        Parameter& p = *params_[k];
+        if (p.grad.raw() != home_[k]) p.grad = Tensor::borrowing(home_[k], p.master.shape(), DType::f32);
+      }
+      s.ready = 0;
+      continue;
+    }
     std::size_t at = 0;
     for (std::size_t k : buckets_[b].params) {
       Tensor& g = params_[k]->grad;
@@ -224,6 +317,9 @@ void DistributedDataParallel::finish_backward() {
   }
   std::fill(seen_.begin(), seen_.end(), 0);
   next_bucket_ = 0;
+  // The averages are what the next backward adds to (unless zero_grad()
+  // clears them): its first contribution divides them, as a copy would.
+  if (views_) set_grad_factors(pre_factor(), pre_factor());
   stats_ = current_;
   current_ = {};
 }

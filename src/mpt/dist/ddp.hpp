@@ -11,7 +11,9 @@
 // into buckets of bucket_cap_mb — each started, non-blocking, as soon as
 // backward has added the last contribution to every gradient in it, so that
 // communication overlaps the rest of backward. finish_backward() waits for
-// them all and writes the averages back into Parameter::grad.
+// them all; every Parameter::grad then holds the average (the gradients are
+// views of their buckets, DdpOptions::gradient_as_bucket_view, so the
+// averages are already there; without views they are copied back).
 //
 // One step on every rank (the scaler and optimizer are each rank's own):
 // \code
@@ -57,13 +59,35 @@ struct DdpOptions {
   /// and a sum that can overflow: see predivide_factor.
   DType comm_dtype = DType::f32;
   /// Each gradient is multiplied by 1/predivide_factor while it is copied
-  /// into its bucket and by predivide_factor/world after the all-reduce
-  /// (apex's gradient_predivide_factor). 0, the default, means the world
-  /// size: the average is taken before the sum, as PyTorch's reducer does
-  /// (it multiplies by 1/world while copying into the bucket), so the sum of
-  /// N ranks' gradients never exceeds the largest one — what keeps an f16
-  /// sum finite. 1 sums first and averages after (apex's default). >= 0.
+  /// into its bucket (in its bucket, with gradient_as_bucket_view) and by predivide_factor/world after the
+  /// all-reduce (apex's gradient_predivide_factor). 0, the default, means the world size: the average is
+  /// taken before the sum, as PyTorch's reducer does (it multiplies by 1/world while copying into the
+  /// bucket), so the sum of N ranks' gradients never exceeds the largest one — what keeps an f16 sum finite.
+  /// 1 sums first and averages after (apex's default). >= 0.
   double predivide_factor = 0;
+  /// Keep every gradient as a view of its place in its bucket (PyTorch's
+  /// gradient_as_bucket_view), so that backward accumulates straight into
+  /// the communication buffer: no copy into the bucket before the
+  /// all-reduce and none back after it. The division by predivide_factor
+  /// rides on backward's own pass too (Parameter::grad_factor and
+  /// grad_carry: accumulate_grad multiplies each contribution, and at a
+  /// gradient's first contribution what it held before), where PyTorch
+  /// divides the bucket in place, one more pass; a gradient that got no
+  /// contribution in a backward (its values written directly) is divided
+  /// in place when its bucket starts. So between backward and
+  /// finish_backward() a gradient holds its share divided; a value written
+  /// into a gradient directly after its first contribution, before
+  /// finish_backward(), is not divided (write before backward, or turn this
+  /// off). Inside no_sync() the local sums are not divided (as in PyTorch).
+  /// f32 communication only (an f16/bf16 bucket holds other bytes than the
+  /// f32 gradients: those are copied, and divided while copied). A gradient
+  /// that a caller replaced (grad = another tensor, or a write through a
+  /// copy of it) is copied back into its place before its bucket is sent.
+  /// PyTorch defaults to false because a view changes what code that holds
+  /// on to p.grad sees; this library's optimizers and scalers read p.grad
+  /// afresh each step, so the default here is true. The destructor gives
+  /// every gradient a buffer of its own again (and both factors 1).
+  bool gradient_as_bucket_view = true;
   /// Reduce with all_reduce_fixed_order(): the same bits as adding the
   /// ranks' gradients one after another, whatever the engine's algorithm.
   bool fixed_order = false;
@@ -125,9 +149,9 @@ class DistributedDataParallel {
   class NoSync {
    public:
     /// From now on, `ddp`'s backward only accumulates (no_sync()).
-    explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp) { ddp_->sync_ = false; }
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp) { ddp_->set_sync(false); }
     /// The next backward synchronises again.
-    ~NoSync() { ddp_->sync_ = true; }
+    ~NoSync() { ddp_->set_sync(true); }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
@@ -151,6 +175,11 @@ class DistributedDataParallel {
   void on_grad(std::size_t k);
   void start(std::size_t bucket, bool in_backward);  // in_backward: non-blocking
   void broadcast_buffers();
+  void set_sync(bool on);                            // no_sync() off (false) and on again
+  float pre_factor() const;                          // 1 / predivide_factor
+  void set_grad_factors(float factor, float carry);  // every parameter's grad_factor, grad_carry
+  void copy_in(std::size_t bucket, float pre);       // the gradients into the bucket, scaled (no views)
+  void bring_home(std::size_t k);                    // grad k back into its place in its bucket (views)
 
   Model* model_;
   Communicator* comm_;
@@ -158,6 +187,8 @@ class DistributedDataParallel {
   std::vector<Parameter*> params_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // per parameter
+  bool views_ = false;                  // gradient_as_bucket_view with f32 communication
+  std::vector<float*> home_;            // per parameter, with views: its place in its bucket
   std::vector<int> expected_, seen_;    // contributions per parameter
   bool learned_ = false, sync_ = true;
   std::vector<std::unique_ptr<BucketState>> state_;

@@ -94,7 +94,13 @@ void Parameter::accumulate_grad(float* g, std::int64_t n, DType d) {
                                 std::to_string(grad.numel()) + " weights");
   if (d != DType::f32) round_array(g, g, static_cast<std::size_t>(n), format_of(d));
   float* out = grad.f32_data();
-  for (std::int64_t i = 0; i < n; ++i) out[i] += g[i];
+  if (grad_factor == 1.0f && grad_carry == 1.0f) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] += g[i];
+  } else {
+    const float f = grad_factor, c = grad_carry;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = out[i] * c + g[i] * f;
+    grad_carry = 1.0f;
+  }
   if (grad_hook) grad_hook(*this);
 }
 

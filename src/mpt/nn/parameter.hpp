@@ -85,7 +85,17 @@ class Parameter {
   /// (the gradient of an f16 weight is an f16 tensor), and *added* into the
   /// FP32 grad (PyTorch's .grad accumulation). Throws std::invalid_argument
   /// unless n == grad.numel(). Then calls grad_hook, if set.
+  /// With grad_factor or grad_carry set (below), in the same pass: grad =
+  /// grad × grad_carry + g × grad_factor, and grad_carry becomes 1.
   void accumulate_grad(float* g, std::int64_t n, DType d);
+  /// Chapter 5: DistributedDataParallel divides by the world size here, in
+  /// the pass accumulate_grad makes anyway, instead of in a pass of its own
+  /// over the bucket. Each contribution is multiplied by grad_factor; what
+  /// grad already holds is multiplied by grad_carry at the next
+  /// accumulate_grad() only. Both 1 otherwise (the plain addition).
+  /// Copied with the parameter.
+  float grad_factor = 1.0f;
+  float grad_carry = 1.0f;  ///< see grad_factor
   /// Called at the end of every accumulate_grad(), after the contribution
   /// is in `grad` (Chapter 5: DistributedDataParallel's gradient-ready hook,
   /// which counts a parameter's contributions in one backward — a tied
