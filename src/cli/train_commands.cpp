@@ -479,9 +479,11 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
        "synthetic (blobs) or digits for mlp, digits for cnn, text (the licence corpus) for transformer; "
        "default: the first of the model's")
       ->type_name("NAME");
-  t->add_option("--policy", a->policy,
-                "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]], DTYPE f32, bf16 or f16; e.g. "
-                "f16+keep-f32:layer_norm (required)")
+  t->add_option(
+       "--policy", a->policy,
+       "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...], DTYPE f32, "
+       "bf16 or f16, PATTERN a layer path with * and ** (the last rule that covers a layer wins); e.g. "
+       "f16+keep-f32:layer_norm, f16+block*.mlp=f32 (required)")
       ->type_name("P");
   t->add_option(
        "--scaler", a->scaler,

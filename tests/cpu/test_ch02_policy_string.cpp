@@ -1,7 +1,7 @@
 // Chapters 02 onwards — the policy string: what each form of the grammar
 // builds (asked through the policy it makes, as an op would ask), the
 // canonical text, and the one-line refusals of every malformed string.
-// Depends on: mpt/core/policy_string.hpp, policy.hpp, dtype.hpp.
+// Depends on: mpt/core/policy_string.hpp, policy.hpp, dtype.hpp, policy_string_support.hpp.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -10,27 +10,12 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
+#include "policy_string_support.hpp"
 
 using namespace mpt;
 
-namespace {
-
-// What an f16 input to `op` at `path` is stored as, under `policy`.
-DType output_of(const std::string& policy, const char* op, const char* path) {
-  return parse_policy_string(policy).make()->decide({op, path, {DType::f16}}).output;
-}
-
-// The message parse_policy_string(text) refuses with; "" when it accepts it.
-std::string refusal(const std::string& text) {
-  try {
-    (void)parse_policy_string(text);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using mpt_test::output_of;
+using mpt_test::refusal;
 
 TEST_CASE("a dtype alone is Chapter 2's uniform policy") {
   const PolicySpec s = parse_policy_string("f16");

@@ -23,7 +23,8 @@ namespace {
 using mpt::fuzz::fuzz_require;
 
 bool same(const mpt::PolicySpec& a, const mpt::PolicySpec& b) {
-  return a.dtype == b.dtype && a.keep_ops == b.keep_ops && a.keep_layers == b.keep_layers;
+  return a.dtype == b.dtype && a.keep_ops == b.keep_ops && a.keep_layers == b.keep_layers &&
+         a.rules == b.rules;
 }
 
 }  // namespace

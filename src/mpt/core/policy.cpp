@@ -71,4 +71,46 @@ DType KeepF32Policy::parameter_dtype_of(const OpInfo& op, std::string_view path)
   return keeps(op.name, path) ? DType::f32 : base_->parameter_dtype(op.name, path);
 }
 
+// --- PathRulePolicy (Chapter 6) ---------------------------------------------------------
+
+PathRulePolicy::PathRulePolicy(std::shared_ptr<const Policy> base, std::vector<PathRule> rules,
+                               std::vector<std::string> ops)
+    : base_(std::move(base)), rules_(std::move(rules)), ops_(std::move(ops)) {
+  if (!base_) throw std::invalid_argument("PathRulePolicy: no base policy");
+  for (const std::string& o : ops_) (void)op_info(o);  // throws, naming the known ops
+  for (const PathRule& r : rules_) uniform_.push_back(uniform_policy(r.dtype));
+}
+
+const PathRule* PathRulePolicy::rule_for(std::string_view path) const {
+  for (std::size_t i = rules_.size(); i-- > 0;)
+    if (rules_[i].pattern.covers(path)) return &rules_[i];
+  return nullptr;
+}
+
+std::string PathRulePolicy::describe() const {
+  std::string s = base_->describe();
+  for (const PathRule& r : rules_) s += "; " + r.pattern.text() + "=" + std::string(dtype_name(r.dtype));
+  if (!ops_.empty()) {
+    s += "; f32 for ";
+    for (std::size_t i = 0; i < ops_.size(); ++i) s += (i ? ", " : "") + ops_[i];
+  }
+  return s;
+}
+
+OpPrecision PathRulePolicy::decide_op(const OpInfo& op, const OpQuery& q) const {
+  for (const std::string& o : ops_)
+    if (o == op.name) return {DType::f32, DType::f32, DType::f32};
+  const PathRule* r = rule_for(q.path);
+  if (r == nullptr) return base_->decide(q);
+  if (r->dtype == DType::f32) return {DType::f32, DType::f32, DType::f32};
+  return uniform_[static_cast<std::size_t>(r - rules_.data())]->decide(q);
+}
+
+DType PathRulePolicy::parameter_dtype_of(const OpInfo& op, std::string_view path) const {
+  for (const std::string& o : ops_)
+    if (o == op.name) return DType::f32;
+  const PathRule* r = rule_for(path);
+  return r == nullptr ? base_->parameter_dtype(op.name, path) : r->dtype;
+}
+
 }  // namespace mpt

@@ -1,6 +1,6 @@
 // Chapter 02 — precision as data: the Policy, the one place an op learns its
 // precision.
-// Depends on: dtype.hpp, ops.hpp.
+// Depends on: dtype.hpp, ops.hpp; path_pattern.hpp (Chapter 6's PathRulePolicy).
 //
 // Every op asks the policy, with its PyTorch name, its layer's path
 // ("fc1", "encoder.0.ffn.fc1") and the dtypes its inputs arrive in, which
@@ -18,6 +18,7 @@
 
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/ops.hpp"
+#include "mpt/core/path_pattern.hpp"
 
 namespace mpt {
 
@@ -113,6 +114,43 @@ class KeepF32Policy final : public Policy {
  private:
   std::shared_ptr<const Policy> base_;
   std::vector<std::string> paths_, ops_;
+};
+
+/// One per-layer rule of Chapter 6: the layers a pattern covers store in
+/// `dtype` (see PathRulePolicy).
+struct PathRule {
+  PathPattern pattern;  ///< the layers it covers (path_pattern.hpp)
+  DType dtype;          ///< what they store
+};
+
+/// A base policy with per-layer rules `PATTERN=DTYPE` (Chapter 6): for an op
+/// at a path, the *last* rule whose pattern covers the path decides. A rule
+/// to f32 makes the layer an FP32 island exactly as KeepF32Policy does
+/// ({f32, f32, f32}, parameters' model copy the master); a rule to another
+/// dtype D answers as UniformPolicy(D) would there. The ops named in `ops`
+/// are FP32 islands wherever they are, whatever the rules say (a rule picks
+/// layers; the op list picks ops). No rule covers the path: the base decides.
+class PathRulePolicy final : public Policy {
+ public:
+  /// Throws std::invalid_argument for no base or an op name that is not a known op.
+  PathRulePolicy(std::shared_ptr<const Policy> base, std::vector<PathRule> rules,
+                 std::vector<std::string> ops = {});
+  /// "uniform f16; block*.mlp=f32; f32 for layer_norm".
+  std::string describe() const override;
+  /// The rule that decides for `path` (the last that covers it), or nullptr.
+  const PathRule* rule_for(std::string_view path) const;
+
+ protected:
+  /// See the class comment.
+  OpPrecision decide_op(const OpInfo& op, const OpQuery& q) const override;
+  /// f32 for the op list and f32 rules, D for a rule to D, else the base's.
+  DType parameter_dtype_of(const OpInfo& op, std::string_view path) const override;
+
+ private:
+  std::shared_ptr<const Policy> base_;
+  std::vector<PathRule> rules_;
+  std::vector<std::string> ops_;
+  std::vector<std::shared_ptr<const Policy>> uniform_;  // per rule: UniformPolicy(rule's dtype)
 };
 
 /// A shared UniformPolicy(d).

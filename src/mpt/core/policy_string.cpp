@@ -1,6 +1,6 @@
 // Chapters 02 onwards — the policy string: parsing and the canonical text.
 // Depends on: policy_string.hpp, ops.hpp (op_info: the known ops), dtype.hpp
-// (dtype_named).
+// (dtype_named), path_pattern.hpp (the rules' patterns).
 #include "mpt/core/policy_string.hpp"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "mpt/core/ops.hpp"
+#include "mpt/core/path_pattern.hpp"
 
 namespace mpt {
 namespace {
@@ -80,8 +81,11 @@ std::vector<std::string> names_of(const std::string& text, const std::string& cl
 }  // namespace
 
 std::string policy_string_syntax() {
-  return "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]] with DTYPE one of " + dtype_names() +
-         ", e.g. f16+keep-f32:layer_norm";
+  return "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...] with DTYPE one "
+         "of " +
+         dtype_names() +
+         " and PATTERN a layer path whose names may hold * or be **, e.g. f16+keep-f32:layer_norm, "
+         "f16+block*.mlp=f32";
 }
 
 PolicySpec parse_policy_string(const std::string& text) {
@@ -121,6 +125,25 @@ PolicySpec parse_policy_string(const std::string& text) {
                                                                shown(op) + "; known ops: " + op_names());
                                  }
                                });
+    } else if (const std::size_t eq = clause.find('='); eq != std::string::npos) {
+      LayerRule rule{clause.substr(0, eq), DType::f32};
+      try {
+        (void)PathPattern(rule.pattern);
+      } catch (const std::invalid_argument& e) {
+        const std::string why = e.what();  // "layer pattern ...: WHY; valid: ..."
+        const std::size_t from = why.find(": "), to = why.find("; valid: ");
+        refuse(text, "rule " + shown(clause) + ": " +
+                         (from == std::string::npos ? why : why.substr(from + 2, to - from - 2)) +
+                         " (a PATTERN is " + path_pattern_syntax() + ")");
+      }
+      try {
+        rule.dtype = dtype_named(clause.substr(eq + 1));
+      } catch (const std::invalid_argument&) {
+        refuse(text, "rule " + shown(clause) + ": unknown dtype " + shown(clause.substr(eq + 1)));
+      }
+      for (const LayerRule& r : spec.rules)
+        if (r.pattern == rule.pattern) refuse(text, "the pattern " + shown(rule.pattern) + " is given twice");
+      spec.rules.push_back(std::move(rule));
     } else {
       refuse(text, clause.empty() ? std::string("a '+' with no clause after it")
                                   : "unknown clause " + shown(clause));
@@ -139,13 +162,18 @@ std::string PolicySpec::text() const {
   };
   list(kOpClause, keep_ops);
   list(kLayerClause, keep_layers);
+  for (const LayerRule& r : rules) out += "+" + r.pattern + "=" + std::string(dtype_name(r.dtype));
   return out;
 }
 
 std::shared_ptr<const Policy> PolicySpec::make() const {
   std::shared_ptr<const Policy> uniform = uniform_policy(dtype);
-  if (keep_ops.empty() && keep_layers.empty()) return uniform;
-  return std::make_shared<KeepF32Policy>(uniform, keep_layers, keep_ops);
+  if (keep_ops.empty() && keep_layers.empty() && rules.empty()) return uniform;
+  if (rules.empty()) return std::make_shared<KeepF32Policy>(uniform, keep_layers, keep_ops);
+  std::vector<PathRule> all;  // keep-f32-layers first: PATH=f32, so that a later rule may override it
+  for (const std::string& p : keep_layers) all.push_back({PathPattern(p), DType::f32});
+  for (const LayerRule& r : rules) all.push_back({PathPattern(r.pattern), r.dtype});
+  return std::make_shared<PathRulePolicy>(uniform, std::move(all), keep_ops);
 }
 
 }  // namespace mpt

@@ -60,7 +60,7 @@ inline constexpr std::uint32_t kCheckpointVersion = 1;
 struct RunConfig {
   std::string model = "mlp";  ///< mlp | cnn | transformer
   std::string data;  ///< synthetic | digits (mlp), digits (cnn), text (transformer); "" = the model's first
-  std::string policy = "f32";      ///< DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]]
+  std::string policy = "f32";      ///< the policy string's canonical text (policy_string.hpp)
   std::string scaler = "dynamic";  ///< dynamic | static:S | none
   std::string optimizer;  ///< sgd | adamw; "" = the model's (sgd for mlp and cnn, adamw for transformer)
   double lr = 0;          ///< learning rate; 0 = the optimizer's default (sgd 0.05, adamw 3e-3)
