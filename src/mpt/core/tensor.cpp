@@ -78,24 +78,24 @@ void load_from(DType d, const void* in, float* out, std::size_t n) {
 
 Tensor::Tensor() = default;
 
-Tensor Tensor::uninitialized(DType dtype, Shape shape) {
+Tensor Tensor::without_storage(DType dtype, Shape shape) {
   for (std::int64_t s : shape)
     if (s < 0) throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " has a negative size");
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.numel_ = mpt::numel(t.shape_);
+  return t;
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) {
+  Tensor t = without_storage(dtype, std::move(shape));
   if (t.numel_ > 0) t.storage_ = std::make_shared<detail::Storage>(t.bytes());
   return t;
 }
 
 Tensor Tensor::borrowing(void* memory, Shape shape, DType dtype) {
-  for (std::int64_t s : shape)
-    if (s < 0) throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " has a negative size");
-  Tensor t;
-  t.dtype_ = dtype;
-  t.shape_ = std::move(shape);
-  t.numel_ = mpt::numel(t.shape_);
+  Tensor t = without_storage(dtype, std::move(shape));
   if (t.numel_ > 0) {
     if (memory == nullptr)
       throw std::invalid_argument("Tensor::borrowing: no memory (nullptr) for " + std::to_string(t.numel_) +

@@ -193,6 +193,7 @@ class Tensor {
   const void* raw() const noexcept;
 
  private:
+  static Tensor without_storage(DType dtype, Shape shape);  // shape checked, no buffer yet
   void require_storage(DType want, const char* call) const;
   unsigned char* mutable_raw();  // own buffer first (copy on write)
   DType dtype_ = DType::f32;
