@@ -39,7 +39,8 @@ using mpt::cli::op::OpOutput;
 
 constexpr const char* kPolicyChoices =
     "valid: uniform (every op stores --dtype and computes in f32), keep-f32:OP[,OP...] (those ops "
-    "read, compute and store f32 inside the uniform policy), e.g. keep-f32:linear";
+    "read, compute and store f32 inside the uniform policy), or a policy string as mpt train takes it, "
+    "e.g. keep-f32:linear, O1, autocast:cpu:bf16";
 
 // ---------------------------------------------------------------------------
 // The table, in the order of known_ops().
@@ -68,11 +69,14 @@ std::vector<std::string> runnable_names() {
 
 std::shared_ptr<const mpt::Policy> parse_policy(const std::string& text, mpt::DType d) {
   if (text == "uniform") return mpt::uniform_policy(d);
-  if (text.rfind("keep-f32:", 0) != 0)
-    throw UsageError("--policy: unknown policy '" + text + "'; " + kPolicyChoices);
-  // The policy string of the library (policy_string.hpp), with --dtype's uniform policy as its base.
+  if (text.empty()) throw UsageError("--policy: unknown policy ''; " + std::string(kPolicyChoices));
+  // The policy string of the library (policy_string.hpp), the one grammar of
+  // mpt train and mpt trace; the older spelling keep-f32:OP[,OP...] takes
+  // --dtype's uniform policy as its base.
+  const std::string full =
+      text.rfind("keep-f32:", 0) == 0 ? std::string(mpt::dtype_name(d)) + "+" + text : text;
   try {
-    return mpt::parse_policy_string(std::string(mpt::dtype_name(d)) + "+" + text).make();
+    return mpt::parse_policy_string(full).make();
   } catch (const std::invalid_argument& e) {
     throw UsageError("--policy: " + std::string(e.what()));
   }
@@ -213,8 +217,9 @@ void add_op(CLI::App& op, mpt::cli::Handlers& handlers, const OpEntry& e,
       ->capture_default_str()
       ->type_name("D");
   sub->add_option("--policy", a->policy,
-                  "uniform (the uniform policy of --dtype) or keep-f32:OP[,OP...] (KeepF32Policy by op "
-                  "name over it: those ops read, compute and store f32)")
+                  "uniform (the uniform policy of --dtype), keep-f32:OP[,OP...] (KeepF32Policy by op "
+                  "name over it: those ops read, compute and store f32), or any policy string of mpt train "
+                  "(e.g. O1, autocast:cpu:bf16, f16+keep-f32:softmax); --dtype is then the inputs' dtype")
       ->capture_default_str()
       ->type_name("P");
   sub->add_flag("--train", a->train, "train mode (the default); " + modes_text());

@@ -112,7 +112,6 @@ Plan plan_of(const TrainArgs& a) {
   if (a.model.empty()) throw UsageError("missing --model; give mlp, cnn or transformer");
   if (a.policy.empty())
     throw UsageError("missing --policy; give a policy such as f32, f16, bf16 or f16+keep-f32:layer_norm");
-  if (a.scaler.empty()) throw UsageError("missing --scaler; give dynamic, static:S (S > 0) or none");
   if (a.steps.empty())
     throw UsageError("missing --steps; give the number of steps to train, e.g. --steps 200");
   c.model = a.model;
@@ -481,14 +480,18 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->type_name("NAME");
   t->add_option(
        "--policy", a->policy,
-       "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...], DTYPE f32, "
-       "bf16 or f16, PATTERN a layer path with * and ** (the last rule that covers a layer wins); e.g. "
-       "f16+keep-f32:layer_norm, f16+block*.mlp=f32 (required)")
+       "BASE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...]"
+       "[+PATTERN=autocast-off|autocast-on...]; BASE a dtype (f32, bf16, f16) or a preset: O0-O3 (apex), "
+       "mixed_float16, mixed_bfloat16 (Keras), autocast:cuda[:f16|bf16], autocast:cpu[:bf16|f16], "
+       "jmp:POLICY; PATTERN a layer path with * and ** that must select a layer of the model (the last rule "
+       "that covers a layer wins); e.g. f16+keep-f32:layer_norm, f16+block*.mlp=f32, O1 (required; "
+       "`mpt policy show P` explains one)")
       ->type_name("P");
   t->add_option(
        "--scaler", a->scaler,
        "dynamic (a GradScaler, PyTorch's defaults), static:S (a constant scale S > 0, never skips) or "
-       "none (required)")
+       "none (required, unless the policy is a preset that names one: O0-O3, mixed_float16; then it "
+       "overrides the preset's)")
       ->type_name("S");
   t->add_option("--optimizer", a->optimizer,
                 "sgd (momentum 0.9) or adamw (no weight decay); default sgd for mlp and cnn, adamw for "

@@ -881,11 +881,11 @@ bad_input)
   run op relu --shape 2 --dtype fp8
   expect_usage_error "--dtype: unknown dtype 'fp8'" "f32, bf16, f16, e4m3, e5m2"
   run op relu --shape 2 --policy amp
-  expect_usage_error "--policy: unknown policy 'amp'" "keep-f32:OP[,OP...]"
+  expect_usage_error "--policy: policy 'amp': unknown dtype 'amp', and no named policy" "keep-f32:OP[,OP...]"
   run op relu --shape 2 --policy keep-f32:rleu
   expect_usage_error "--policy: policy 'f32+keep-f32:rleu': unknown op 'rleu'; known ops: linear, matmul"
   run op relu --shape 2 --policy keep-f32:
-  expect_usage_error "--policy: policy 'f32+keep-f32:': 'keep-f32:' names nothing" "valid: DTYPE[+keep-f32:OP"
+  expect_usage_error "--policy: policy 'f32+keep-f32:': 'keep-f32:' names nothing" "valid: BASE[+keep-f32:OP"
   run op relu --shape 2 --policy keep-f32:relu,
   expect_usage_error "'keep-f32:' has an empty name (a comma too many)"
   run op relu --shape 2 --dtype f16 --policy keep-f32:relu,relu

@@ -67,7 +67,7 @@ TEST_CASE("every malformed string is refused with one line naming the problem an
   const std::vector<Case> cases = {
       {"", {"policy '': empty"}},
       {"fp8", {"unknown dtype 'fp8'", "DTYPE one of f32, bf16, f16, e4m3, e5m2"}},
-      {"tf32", {"tf32 is a compute format", "valid: DTYPE"}},
+      {"tf32", {"tf32 is a compute format", "valid: BASE"}},
       {"F16", {"unknown dtype 'F16'"}},
       {"f16+", {"a '+' with no clause after it"}},
       {"+f16", {"unknown dtype ''"}},
@@ -100,6 +100,6 @@ TEST_CASE("every malformed string is refused with one line naming the problem an
       CHECK(m.find(f) != std::string::npos);
     }
     if (m.find("unknown op") == std::string::npos)
-      CHECK(m.find("valid: DTYPE[+keep-f32:OP") != std::string::npos);
+      CHECK(m.find("valid: BASE[+keep-f32:OP") != std::string::npos);
   }
 }

@@ -171,7 +171,7 @@ TEST_CASE("bad rules are refused in one line naming the rule and what is valid")
     const std::string m = refusal(b.text);
     CHECK(m.find(b.says) != std::string::npos);
     CHECK(m.rfind("policy '", 0) == 0);
-    CHECK(m.find("valid: DTYPE") != std::string::npos);
+    CHECK(m.find("valid: BASE") != std::string::npos);
     CHECK(m.find('\n') == std::string::npos);
   }
 }

@@ -34,6 +34,20 @@ Tensor Context::cast(const Tensor& x, DType d, std::string_view path, Phase phas
   return y;
 }
 
+void Context::note_cached_cast(const Tensor& cached, std::string_view path, Phase phase,
+                               const std::string& name) {
+  ++casts_.cached;
+  if (trace_) {
+    TraceEntry e;
+    e.phase = phase;
+    e.path = std::string(path);
+    e.op = "cached_cast";
+    e.inputs = {traced(name, cached)};
+    e.compute = cached.dtype();
+    trace_->add(std::move(e));
+  }
+}
+
 void Context::record(TraceEntry entry) {
   if (trace_) trace_->add(std::move(entry));
 }

@@ -25,6 +25,10 @@ struct CastCount {
   std::size_t casts = 0;     ///< tensors converted to another dtype
   std::size_t elements = 0;  ///< elements converted
   std::size_t bytes = 0;     ///< bytes written by the conversions
+  /// Chapter 6: casts the weight cast cache saved — an op read a weight in a
+  /// dtype it had already been cast to since the master last changed
+  /// (Parameter::read), so nothing was converted or written.
+  std::size_t cached = 0;
 };
 
 /// The policy, the cast counter and the optional trace of a pass.
@@ -43,6 +47,12 @@ class Context {
   /// when it already is d, else x rounded into d — counted, and traced as
   /// an entry with op "cast" that reads `name` and writes it.
   Tensor cast(const Tensor& x, DType d, std::string_view path, Phase phase, const std::string& name);
+
+  /// Chapter 6: record that the op at `path` reused `cached`, a cast of a
+  /// weight made earlier (the weight cast cache): counted in casts().cached,
+  /// traced as an entry with op "cached_cast" that reads `name` and writes
+  /// nothing.
+  void note_cached_cast(const Tensor& cached, std::string_view path, Phase phase, const std::string& name);
 
   /// The casts made so far.
   const CastCount& casts() const { return casts_; }

@@ -17,7 +17,8 @@ namespace mpt {
 /// What kind of computation an op is; policies decide by kind or by name.
 enum class OpKind {
   matmul,         ///< products summed over an inner dimension (linear, matmul, conv2d, attention)
-  pointwise,      ///< one output per input element (relu, gelu, add)
+  pointwise,      ///< one output per input element (relu, gelu, add, exp)
+  reduction,      ///< sums or products over a dimension (sum, mean, norm, cumsum)
   normalization,  ///< statistics over a dimension, then a pointwise map (layer_norm, batch_norm)
   softmax,        ///< exp and a sum over a dimension (softmax, log_softmax)
   loss,           ///< reduces to a loss value (cross_entropy, mse_loss, nll_loss)

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,11 @@ class Policy {
   DType parameter_dtype(std::string_view op, std::string_view path) const;
   /// One line for people: "uniform f16", "uniform f16; f32 at fc3".
   virtual std::string describe() const = 0;
+  /// Chapter 6: the dtype a model's output is cast to where it leaves the
+  /// model (jmp's output dtype: "p=f32,c=f16,o=f32" hands f32 logits to the
+  /// loss), or nullopt to leave it as the last op stored it (every other
+  /// policy).
+  virtual std::optional<DType> model_output_dtype() const { return std::nullopt; }
 
  protected:
   /// decide() for a known op.

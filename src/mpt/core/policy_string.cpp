@@ -17,6 +17,8 @@ namespace {
 
 constexpr const char* kOpClause = "keep-f32:";
 constexpr const char* kLayerClause = "keep-f32-layers:";
+constexpr const char* kAutocastOff = "autocast-off";
+constexpr const char* kAutocastOn = "autocast-on";
 
 // The text as an error line may show it: at most 60 characters, every byte
 // outside printable ASCII written as \xHH, so the message stays one line.
@@ -81,11 +83,12 @@ std::vector<std::string> names_of(const std::string& text, const std::string& cl
 }  // namespace
 
 std::string policy_string_syntax() {
-  return "DTYPE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...] with DTYPE one "
-         "of " +
+  return "BASE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE|autocast-off|"
+         "autocast-on...] with BASE a DTYPE or a preset, DTYPE one of " +
          dtype_names() +
-         " and PATTERN a layer path whose names may hold * or be **, e.g. f16+keep-f32:layer_norm, "
-         "f16+block*.mlp=f32";
+         ", a preset one of O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY, "
+         "and PATTERN a layer path whose names may hold * or be **, e.g. f16+keep-f32:layer_norm, "
+         "f16+block*.mlp=f32, O1+head=autocast-off";
 }
 
 PolicySpec parse_policy_string(const std::string& text) {
@@ -97,9 +100,22 @@ PolicySpec parse_policy_string(const std::string& text) {
   try {
     spec.dtype = dtype_named(parts[0]);
   } catch (const std::invalid_argument& e) {
-    // dtype_named's own explanation where it has one (tf32 is no storage dtype).
-    const std::string why = e.what();
-    refuse(text, why.rfind("unknown dtype", 0) == 0 ? "unknown dtype " + shown(parts[0]) : why);
+    // A named base (Chapter 6), else dtype_named's own explanation where it
+    // has one (tf32 is no storage dtype).
+    std::optional<NamedBase> named;
+    try {
+      named = named_base(parts[0]);
+    } catch (const std::invalid_argument& bad) {
+      refuse(text, bad.what());
+    }
+    if (!named) {
+      const std::string why = e.what();
+      refuse(text, why.rfind("unknown dtype", 0) == 0
+                       ? "unknown dtype " + shown(parts[0]) + ", and no named policy"
+                       : why);
+    }
+    spec.base = std::move(named);
+    spec.dtype = DType::f32;
   }
   bool have_ops = false, have_layers = false;
   for (std::size_t i = 1; i < parts.size(); ++i) {
@@ -126,7 +142,7 @@ PolicySpec parse_policy_string(const std::string& text) {
                                  }
                                });
     } else if (const std::size_t eq = clause.find('='); eq != std::string::npos) {
-      LayerRule rule{clause.substr(0, eq), DType::f32};
+      LayerRule rule{clause.substr(0, eq), DType::f32, LayerRule::Kind::dtype};
       try {
         (void)PathPattern(rule.pattern);
       } catch (const std::invalid_argument& e) {
@@ -136,10 +152,21 @@ PolicySpec parse_policy_string(const std::string& text) {
                          (from == std::string::npos ? why : why.substr(from + 2, to - from - 2)) +
                          " (a PATTERN is " + path_pattern_syntax() + ")");
       }
-      try {
-        rule.dtype = dtype_named(clause.substr(eq + 1));
-      } catch (const std::invalid_argument&) {
-        refuse(text, "rule " + shown(clause) + ": unknown dtype " + shown(clause.substr(eq + 1)));
+      const std::string value = clause.substr(eq + 1);
+      if (value == kAutocastOff || value == kAutocastOn) {
+        if (!spec.base || !spec.base->autocast)
+          refuse(text, "rule " + shown(clause) +
+                           ": autocast regions need an autocast base (autocast:DEVICE:DTYPE "
+                           "or O1), not " +
+                           shown(parts[0]));
+        rule.kind = value == kAutocastOff ? LayerRule::Kind::autocast_off : LayerRule::Kind::autocast_on;
+      } else {
+        try {
+          rule.dtype = dtype_named(value);
+        } catch (const std::invalid_argument&) {
+          refuse(text, "rule " + shown(clause) + ": unknown dtype " + shown(value) + " (a DTYPE, " +
+                           kAutocastOff + " or " + kAutocastOn + ")");
+        }
       }
       for (const LayerRule& r : spec.rules)
         if (r.pattern == rule.pattern) refuse(text, "the pattern " + shown(rule.pattern) + " is given twice");
@@ -149,11 +176,16 @@ PolicySpec parse_policy_string(const std::string& text) {
                                   : "unknown clause " + shown(clause));
     }
   }
+  // A named base spells out its defaults in the canonical text, which must
+  // parse again: the limit holds for it too.
+  if (spec.text().size() > kMaxPolicyStringLength)
+    refuse(text,
+           "longer than " + std::to_string(kMaxPolicyStringLength) + " characters in its canonical spelling");
   return spec;
 }
 
 std::string PolicySpec::text() const {
-  std::string out(dtype_name(dtype));
+  std::string out = base ? base->canonical : std::string(dtype_name(dtype));
   const auto list = [&out](const char* clause, const std::vector<std::string>& names) {
     if (names.empty()) return;
     out += '+';
@@ -162,18 +194,28 @@ std::string PolicySpec::text() const {
   };
   list(kOpClause, keep_ops);
   list(kLayerClause, keep_layers);
-  for (const LayerRule& r : rules) out += "+" + r.pattern + "=" + std::string(dtype_name(r.dtype));
+  for (const LayerRule& r : rules)
+    out += "+" + r.pattern + "=" +
+           (r.kind == LayerRule::Kind::autocast_off  ? std::string(kAutocastOff)
+            : r.kind == LayerRule::Kind::autocast_on ? std::string(kAutocastOn)
+                                                     : std::string(dtype_name(r.dtype)));
   return out;
 }
 
 std::shared_ptr<const Policy> PolicySpec::make() const {
-  std::shared_ptr<const Policy> uniform = uniform_policy(dtype);
-  if (keep_ops.empty() && keep_layers.empty() && rules.empty()) return uniform;
-  if (rules.empty()) return std::make_shared<KeepF32Policy>(uniform, keep_layers, keep_ops);
+  std::vector<std::pair<PathPattern, bool>> regions;  // the autocast regions go to the base
+  std::vector<const LayerRule*> dtype_rules;
+  for (const LayerRule& r : rules) {
+    if (r.kind == LayerRule::Kind::dtype) dtype_rules.push_back(&r);
+    else regions.emplace_back(PathPattern(r.pattern), r.kind == LayerRule::Kind::autocast_on);
+  }
+  std::shared_ptr<const Policy> first = base ? make_named_base(*base, regions) : uniform_policy(dtype);
+  if (keep_ops.empty() && keep_layers.empty() && dtype_rules.empty()) return first;
+  if (dtype_rules.empty()) return std::make_shared<KeepF32Policy>(first, keep_layers, keep_ops);
   std::vector<PathRule> all;  // keep-f32-layers first: PATH=f32, so that a later rule may override it
   for (const std::string& p : keep_layers) all.push_back({PathPattern(p), DType::f32});
-  for (const LayerRule& r : rules) all.push_back({PathPattern(r.pattern), r.dtype});
-  return std::make_shared<PathRulePolicy>(uniform, std::move(all), keep_ops);
+  for (const LayerRule* r : dtype_rules) all.push_back({PathPattern(r->pattern), r->dtype});
+  return std::make_shared<PathRulePolicy>(first, std::move(all), keep_ops);
 }
 
 }  // namespace mpt

@@ -7,11 +7,17 @@
 //
 // The grammar, whole (no spaces anywhere):
 //
-//     POLICY  := DTYPE ( "+" CLAUSE )*
+//     POLICY  := BASE ( "+" CLAUSE )*
+//     BASE    := DTYPE | NAMED
 //     DTYPE   := a dtype name: f32, bf16, f16, e4m3, e5m2 (dtype_names())
+//     NAMED   := Chapter 6's presets (presets.hpp): "autocast:" DEVICE [":" DTYPE],
+//                O0 | O1 | O2 | O3 (apex), mixed_float16 | mixed_bfloat16 (Keras),
+//                "jmp:" a jmp policy string (jmp's own grammar)
 //     CLAUSE  := "keep-f32:" OP ( "," OP )*             ops by PyTorch name
 //              | "keep-f32-layers:" PATH ( "," PATH )*  layers by path
 //              | PATTERN "=" DTYPE                      layers by pattern (Chapter 6)
+//              | PATTERN "=autocast-off" | PATTERN "=autocast-on"
+//                                                       autocast regions (autocast bases only)
 //     PATH    := NAME ( "." NAME )*, NAME of letters, digits and "_"
 //     PATTERN := a PATH whose NAMEs may hold "*", or be "**" (path_pattern.hpp)
 //
@@ -26,38 +32,86 @@
 // every PATTERN rule (so a later rule may override it), and stays as it is
 // in the canonical text, which lists the op clause, the layer clause, then
 // the rules in the order given. Chapter 6 adds autocast lists and presets
-// to this grammar.
+// to this grammar: a named base decides where the uniform dtype did, and the
+// clauses wrap it as they wrap a dtype.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpt/core/dtype.hpp"
+#include "mpt/core/path_pattern.hpp"
 #include "mpt/core/policy.hpp"
 
 namespace mpt {
 
-/// One `PATTERN=DTYPE` clause of a policy string, as written.
+/// One `PATTERN=DTYPE` clause of a policy string, as written, or (Chapter
+/// 6's autocast regions) `PATTERN=autocast-off` / `PATTERN=autocast-on`.
 struct LayerRule {
-  std::string pattern;  ///< path_pattern.hpp's syntax
-  DType dtype;          ///< what the layers it covers store
-  /// Same pattern text and dtype.
-  bool operator==(const LayerRule& o) const { return pattern == o.pattern && dtype == o.dtype; }
+  /// What the rule does to the layers it covers.
+  enum class Kind {
+    dtype,         ///< store in `dtype` (PathRulePolicy)
+    autocast_off,  ///< torch.autocast(enabled=False) around them: ops run in what arrives
+    autocast_on,   ///< autocast on again inside a region that is off
+  };
+  std::string pattern;      ///< path_pattern.hpp's syntax
+  DType dtype;              ///< what the layers it covers store (Kind::dtype)
+  Kind kind = Kind::dtype;  ///< see Kind
+  /// Same pattern text, kind and dtype.
+  bool operator==(const LayerRule& o) const {
+    return pattern == o.pattern && kind == o.kind && (kind != Kind::dtype || dtype == o.dtype);
+  }
 };
+
+/// What a named policy (Chapter 6's presets) asks of a training run besides
+/// the policy itself.
+struct PolicyNeeds {
+  /// False when the weights exist only in their model dtype (apex O3's
+  /// master_weights=False, jmp with params below f32): MasterWeights::none.
+  bool master_weights = true;
+  /// The loss scaler it comes with, in mpt train's --scaler spelling
+  /// ("dynamic", "static:1"), or "" when it names none.
+  std::string scaler;
+  /// Where the preset comes from and what it sets, one line for people.
+  std::string origin;
+};
+
+/// Chapter 6's named policies as the grammar sees them. Declared here, for
+/// the parser; defined with the presets in presets.cpp.
+struct NamedBase {
+  std::string canonical;  ///< "O2", "autocast:cuda:f16", "mixed_float16", "jmp:p=f32,c=f16,o=f32"
+  bool autocast = false;  ///< true for an autocast policy (O1 and autocast:...): regions apply
+  PolicyNeeds needs;      ///< what it asks of a run
+};
+/// The named policy `text` spells ("O1", "autocast:cpu", "jmp:c=half"), or
+/// nullopt when `text` is none (a dtype, or unknown). Throws
+/// std::invalid_argument, one line, for a malformed autocast: or jmp: text.
+std::optional<NamedBase> named_base(const std::string& text);
+/// The policy of a named base, with the autocast regions of the string.
+std::shared_ptr<const Policy> make_named_base(const NamedBase& base,
+                                              const std::vector<std::pair<PathPattern, bool>>& regions);
+/// The names named_base() knows, for messages: "O0, O1, O2, O3, ...".
+std::string named_base_choices();
 
 /// A parsed policy string: the uniform dtype, its FP32 islands and its rules.
 struct PolicySpec {
-  DType dtype = DType::f32;              ///< what the uniform policy stores everything in
+  DType dtype = DType::f32;              ///< what the uniform policy stores everything in (no named base)
+  std::optional<NamedBase> base;         ///< a named base (Chapter 6) instead of the uniform dtype
   std::vector<std::string> keep_ops;     ///< ops kept in FP32, by PyTorch name (known_ops())
   std::vector<std::string> keep_layers;  ///< layers kept in FP32, by path
   std::vector<LayerRule> rules;          ///< PATTERN=DTYPE, in the order given (the last that covers wins)
   /// The canonical text: parse_policy_string(text()) gives this spec again.
   std::string text() const;
-  /// The policy: UniformPolicy(dtype), inside a KeepF32Policy when there are
-  /// islands and no rules, inside a PathRulePolicy when there are rules.
+  /// The policy: UniformPolicy(dtype) or the named base, inside a
+  /// KeepF32Policy when there are islands and no rules, inside a
+  /// PathRulePolicy when there are dtype rules.
   std::shared_ptr<const Policy> make() const;
+  /// What the named base asks of a run (nothing for a dtype base).
+  PolicyNeeds needs() const { return base ? base->needs : PolicyNeeds{}; }
 };
 
 /// The longest policy string accepted, in characters.

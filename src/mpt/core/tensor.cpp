@@ -4,6 +4,7 @@
 // round_value(x) of the library's rounding.
 #include "mpt/core/tensor.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,13 +30,23 @@ std::string shape_string(const Shape& shape) {
 
 namespace detail {
 
-Storage::Storage(std::size_t bytes) : size_(bytes) {
+namespace {
+std::atomic<std::uint64_t> g_next_version{1};  // 0 is "no buffer"
+std::uint64_t next_version() { return g_next_version.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+Storage::Storage(std::size_t bytes) : version_(next_version()), size_(bytes) {
   if (bytes == 0) return;
   // 64-byte alignment: full cache lines and aligned AVX loads for Eigen.
   const std::size_t rounded = (bytes + 63) / 64 * 64;
   data_ = static_cast<unsigned char*>(std::aligned_alloc(64, rounded));
   if (!data_) throw std::bad_alloc();
 }
+
+Storage::Storage(unsigned char* borrowed, std::size_t bytes)
+    : data_(borrowed), version_(next_version()), size_(bytes), owned_(false) {}
+
+void Storage::touch() { version_ = next_version(); }
 
 Storage::~Storage() {
   if (owned_) std::free(data_);
@@ -165,6 +176,8 @@ std::int64_t Tensor::cols() const {
 
 const void* Tensor::raw() const noexcept { return storage_ ? storage_->data() : nullptr; }
 
+std::uint64_t Tensor::version() const noexcept { return storage_ ? storage_->version() : 0; }
+
 void Tensor::require_storage(DType want, const char* call) const {
   if (want != dtype_)
     throw std::logic_error("Tensor holds " + std::string(dtype_name(dtype_)) + " values; " + call +
@@ -216,7 +229,9 @@ unsigned char* Tensor::mutable_raw() {
     std::memcpy(own->data(), storage_->data(), storage_->size());
     storage_ = std::move(own);
   }
-  return storage_ ? storage_->data() : nullptr;
+  if (!storage_) return nullptr;
+  storage_->touch();
+  return storage_->data();
 }
 
 MatrixMapF Tensor::f32() {

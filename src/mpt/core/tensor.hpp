@@ -58,7 +58,7 @@ class Storage {
   explicit Storage(std::size_t bytes);
   /// `bytes` bytes at `borrowed`, which the caller owns and keeps alive: not
   /// freed here (Tensor::borrowing).
-  Storage(unsigned char* borrowed, std::size_t bytes) : data_(borrowed), size_(bytes), owned_(false) {}
+  Storage(unsigned char* borrowed, std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;             ///< shared through std::shared_ptr only
   Storage& operator=(const Storage&) = delete;  ///< shared through std::shared_ptr only
@@ -68,9 +68,15 @@ class Storage {
   const unsigned char* data() const { return data_; }
   /// The size in bytes.
   std::size_t size() const { return size_; }
+  /// A number no other buffer state has had: taken at construction and
+  /// again at every write access (touch()), from one process-wide counter.
+  std::uint64_t version() const { return version_; }
+  /// Mark the contents as (about to be) changed: a new version().
+  void touch();
 
  private:
   unsigned char* data_ = nullptr;
+  std::uint64_t version_ = 0;
   std::size_t size_ = 0;
   bool owned_ = true;
 };
@@ -191,6 +197,12 @@ class Tensor {
   const void* storage_id() const noexcept { return storage_.get(); }
   /// The first byte of the buffer (for kernels that take typed codes).
   const void* raw() const noexcept;
+  /// Chapter 6: the contents' version, PyTorch's tensor._version made
+  /// unique: it changes at every write access (f32(), f32_data(), assign(),
+  /// fill_zero(), a copy on write) and no two buffer states share one, so an
+  /// equal version means the same elements (0: no buffer). The weight cast
+  /// cache (Parameter::read) uses it to know when the master has changed.
+  std::uint64_t version() const noexcept;
 
  private:
   static Tensor without_storage(DType dtype, Shape shape);  // shape checked, no buffer yet

@@ -26,6 +26,11 @@ std::size_t Trace::casts() const {
       std::count_if(entries_.begin(), entries_.end(), [](const TraceEntry& e) { return e.op == "cast"; }));
 }
 
+std::size_t Trace::cached_casts() const {
+  return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(),
+                                                [](const TraceEntry& e) { return e.op == "cached_cast"; }));
+}
+
 std::size_t Trace::cast_bytes() const {
   std::size_t n = 0;
   for (const TraceEntry& e : entries_)
@@ -98,7 +103,10 @@ std::string render_text(const Trace& trace) {
   std::ostringstream o;
   o << columns(rows);
   o << "\n"
-    << trace.casts() << " cast(s) at op boundaries, " << trace.cast_bytes() << " bytes written by them\n";
+    << trace.casts() << " cast(s) at op boundaries, " << trace.cast_bytes() << " bytes written by them";
+  if (const std::size_t cached = trace.cached_casts(); cached > 0)
+    o << "; " << cached << " more reused from the weight cast cache";
+  o << "\n";
   return o.str();
 }
 
@@ -119,7 +127,10 @@ std::string render_json(const Trace& trace) {
                        {"compute", dtype_name(e.compute)},
                        {"outputs", values(e.outputs)},
                        {"bytes_written", e.bytes_written()}});
-  const Json j = {{"entries", entries}, {"casts", trace.casts()}, {"cast_bytes", trace.cast_bytes()}};
+  const Json j = {{"entries", entries},
+                  {"casts", trace.casts()},
+                  {"cast_bytes", trace.cast_bytes()},
+                  {"cached_casts", trace.cached_casts()}};
   return j.dump(2) + "\n";
 }
 
@@ -140,7 +151,7 @@ std::string render_dot(const Trace& trace, const std::string& title) {
     std::size_t i = 0;
     for (const TraceEntry& e : trace.entries()) {
       ++i;
-      if (e.phase != phase) continue;
+      if (e.phase != phase || e.op == "cached_cast") continue;  // a reuse: no node, nothing flows
       const std::string id = std::string(name).substr(0, 1) + std::to_string(i);
       const DType out = e.outputs.empty() ? e.compute : e.outputs.front().dtype;
       if (e.op == "cast") {

@@ -60,6 +60,8 @@ class Trace {
   std::size_t casts() const;
   /// Bytes written by the casts.
   std::size_t cast_bytes() const;
+  /// Entries with op "cached_cast": casts the weight cast cache saved (Chapter 6).
+  std::size_t cached_casts() const;
 
  private:
   std::vector<TraceEntry> entries_;

@@ -218,6 +218,8 @@ class MultiHeadSelfAttention final : public Module {
   std::vector<const Tensor*> saved() const override;
   /// Sets the projections' paths "<path>.q", ... (and their parameter names).
   void set_path(std::string path) override;
+  /// The projections' paths: "<path>.q", "<path>.k", "<path>.v", "<path>.out".
+  std::vector<std::string> inner_paths() const override { return {q.path(), k.path(), v.path(), out.path()}; }
 
  protected:
   /// y [B, L, E] in the output projection's output dtype.

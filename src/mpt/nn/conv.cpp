@@ -99,9 +99,9 @@ Tensor Conv2d::forward_impl(const Tensor& x, Context& ctx) {
     throw std::invalid_argument("conv2d: the policy asks for " + std::string(dtype_name(op_.compute)) +
                                 " compute; conv2d accumulates in f32 (as linear does)");
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
-  const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::forward, "weight");
+  const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
   Tensor b;
-  if (options_.bias) b = ctx.cast(bias.weights(), op_.input, path(), Phase::forward, "bias");
+  if (options_.bias) b = bias.read(op_.input, ctx, path(), Phase::forward, "bias");
   // The column matrix in the input dtype: every entry is a value x_ holds
   // (or a padding zero), so storing it rounds nothing.
   const std::vector<float> xw = widened(x_);
@@ -134,8 +134,8 @@ Tensor Conv2d::backward_impl(const Tensor& dy_out, Context& ctx) {
                                 shape_string(want));
   // The backward GEMMs read dy in the forward's input dtype, like x and W.
   const Tensor dy = ctx.cast(dy_out, op_.input, path(), Phase::backward, "dy");
-  const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::backward, "weight");
-  const DType wd = weight.model_dtype();
+  const Tensor w = weight.read(op_.input, ctx, path(), Phase::backward, "weight");
+  const DType wd = w.dtype();  // the weight's gradient passes through the dtype it was read in
   // dY as rows [N·H'·W', out]: values dy holds, so exact in f32.
   const std::vector<float> dyw = widened(dy);
   const MatrixF d = conv_math::nchw_to_rows<float>(dyw.data(), g.n, out, g.out_plane());
@@ -143,14 +143,14 @@ Tensor Conv2d::backward_impl(const Tensor& dy_out, Context& ctx) {
   const std::vector<float> xw = widened(x_);
   const MatrixF cols = conv_math::im2col<float>(xw.data(), g);
   // dW [out, C·k·k] = dYᵀ · cols: FP32 accumulation, rounded into the
-  // weight's dtype, added to the FP32 grad.
+  // dtype the weight was read in, added to the FP32 grad.
   MatrixF dw;
   multiply_into(dw, d, Op::T, cols, Op::N);
-  weight.accumulate_grad(dw.data(), dw.size(), wd);
-  // db [out] = Σ dY: an FP32 reduction, rounded into the bias' dtype.
+  weight.accumulate_grad(dw.data(), dw.size(), w);
+  // db [out] = Σ dY: an FP32 reduction, rounded into the dtype forward read the bias in.
   if (options_.bias) {
     MatrixF db = d.colwise().sum();
-    bias.accumulate_grad(db.data(), db.size(), bias.model_dtype());
+    bias.accumulate_grad(db.data(), db.size(), op_.input);
   }
   Tensor dx;
   if (input_grad()) {

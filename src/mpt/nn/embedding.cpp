@@ -84,7 +84,7 @@ Tensor Embedding::forward_impl(const Tensor& ids, Context& ctx) {
   ids_shape_ = ids.shape();
   op_ = ctx.decide("embedding", path(), {weight.weights().dtype()});
   require_f32_sum(op_, "embedding");
-  const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::forward, "weight");
+  const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
   // The gather: rows of the table as stored, rounded into the output dtype
   // (exact when it is the table's).
   const std::vector<float> wf = widened(w);
@@ -120,7 +120,8 @@ Tensor Embedding::backward_impl(const Tensor& dy, Context& ctx) {
     for (std::int64_t c = 0; c < d; ++c)
       dw[static_cast<std::size_t>(ids_[i] * d + c)] +=
           g[i * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
-  const DType wd = weight.model_dtype();
+  // The gradient passes through the dtype forward read the table in.
+  const DType wd = op_.input;
   weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wd);
   if (ctx.tracing())
     ctx.record({Phase::backward,
@@ -145,7 +146,7 @@ Tensor TiedLinear::forward_impl(const Tensor& h, Context& ctx) {
   op_ = ctx.decide("linear", path(), {h.dtype(), table.dtype()});
   require_f32_sum(op_, "linear");
   h_ = ctx.cast(h, op_.input, path(), Phase::forward, "h");
-  const Tensor w = ctx.cast(table, op_.input, path(), Phase::forward, "weight");
+  const Tensor w = table_->read(op_.input, ctx, path(), Phase::forward, "weight");
   Tensor y = gemm(h_, Op::N, w, Op::T, op_.output);
   if (ctx.tracing())
     ctx.record({Phase::forward,
@@ -164,12 +165,12 @@ Tensor TiedLinear::backward_impl(const Tensor& dy_out, Context& ctx) {
                                 shape_string(dy_out.shape()) + ", expected " +
                                 shape_string(Shape{h_.size(0), table.size(0)}));
   const Tensor dy = ctx.cast(dy_out, op_.input, path(), Phase::backward, "dy");
-  const Tensor w = ctx.cast(table, op_.input, path(), Phase::backward, "weight");
+  const Tensor w = table_->read(op_.input, ctx, path(), Phase::backward, "weight");
   const F32Matrix dyf(dy), hf(h_);
   MatrixF dw;
   multiply_into(dw, dyf.map(), Op::T, hf.map(), Op::N);
-  const DType wd = table_->model_dtype();
-  table_->accumulate_grad(dw.data(), dw.size(), wd);
+  const DType wd = w.dtype();
+  table_->accumulate_grad(dw.data(), dw.size(), w);
   Tensor dh;
   if (input_grad()) dh = gemm(dy, Op::N, w, Op::N, op_.input);
   if (ctx.tracing()) {

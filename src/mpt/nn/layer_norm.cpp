@@ -135,8 +135,10 @@ Tensor LayerNorm::backward_impl(const Tensor& dy, Context& ctx) {
                       affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
-    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wd);
-    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bd);
+    // The norm reads γ and β as they are stored (widened, never cast), so
+    // their gradients pass through the stored dtype.
+    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), weight.weights());
+    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bias.weights());
   }
   Tensor out;
   if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);

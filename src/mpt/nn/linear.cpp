@@ -67,8 +67,8 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   op_ = ctx.decide("linear", path(), {x.dtype(), weight.weights().dtype()});
   require_f32_linear(op_);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
-  const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::forward, "weight");
-  const Tensor b = ctx.cast(bias.weights(), op_.input, path(), Phase::forward, "bias");
+  const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
+  const Tensor b = bias.read(op_.input, ctx, path(), Phase::forward, "bias");
   // y [B, out] = x [B, in] · Wᵀ [in, out] + b: one GEMM, bias in the epilogue.
   Tensor y = gemm(x_, Op::N, w, Op::T, op_.output, &b);
   if (ctx.tracing())
@@ -86,16 +86,17 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   require_shape("dy", dy_out.shape(), {batch, out});
   // The backward GEMMs read dy in the forward's input dtype, like x and W.
   const Tensor dy = ctx.cast(dy_out, op_.input, path(), Phase::backward, "dy");
-  const Tensor w = ctx.cast(weight.weights(), op_.input, path(), Phase::backward, "weight");
-  const DType wd = weight.model_dtype(), bd = bias.model_dtype();
+  const Tensor w = weight.read(op_.input, ctx, path(), Phase::backward, "weight");
+  // The gradients pass through the dtype the weights were read in: op_.input.
+  const DType wd = w.dtype(), bd = op_.input;
   // dW [out, in] = dyᵀ [out, B] · x [B, in]: FP32 accumulation, rounded into
-  // the weight's dtype, added to the FP32 grad.
+  // the dtype the weight was read in, added to the FP32 grad.
   const F32Matrix dyf(dy), xf(x_);
   MatrixF dw;
   multiply_into(dw, dyf.map(), Op::T, xf.map(), Op::N);
   require_shape(weight.name + ".grad", weight.grad.shape(), weight.master.shape());
-  weight.accumulate_grad(dw.data(), dw.size(), wd);
-  // db [out] = Σ_B dy: an FP32 reduction, rounded into the bias' dtype.
+  weight.accumulate_grad(dw.data(), dw.size(), w);
+  // db [out] = Σ_B dy: an FP32 reduction, rounded into the dtype forward read the bias in.
   MatrixF db = dyf.map().colwise().sum();
   bias.accumulate_grad(db.data(), db.size(), bd);
   Tensor dx;

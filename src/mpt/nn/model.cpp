@@ -30,11 +30,21 @@ void Model::set_policy(std::shared_ptr<const Policy> policy) {
     for (Parameter* p : parameters()) p->master = p->weights().to(DType::f32);
 }
 
+void Model::set_master_weights(MasterWeights m) {
+  master_weights_ = m;
+  if (master_weights_ == MasterWeights::none)
+    for (Parameter* p : parameters()) p->master = p->weights().to(DType::f32);
+}
+
 const Tensor& Model::forward(const MatrixF& x) {
   if (inputs_ > 0 && x.cols() != inputs_)
     throw std::invalid_argument(name_ + "::forward: x has " + std::to_string(x.cols()) +
                                 " columns, the network takes " + std::to_string(inputs_));
   out_ = Sequential::forward(Tensor::from_matrix(x, DType::f32), ctx_);
+  // A policy with an output dtype (jmp's) casts the output where it leaves
+  // the model; backward() casts the gradient back at the last layer.
+  if (const std::optional<DType> o = ctx_.policy().model_output_dtype())
+    out_ = ctx_.cast(out_, *o, "output", Phase::forward, "y");
   have_forward_ = true;
   return out_;
 }

@@ -75,6 +75,10 @@ class Model : public Sequential {
   void set_policy(std::shared_ptr<const Policy> policy);
   /// See the constructor.
   MasterWeights master_weights() const { return master_weights_; }
+  /// Chapter 6: keep FP32 masters or not from now on (a preset without
+  /// master weights: apex O3, jmp with params in f16). Switching to none
+  /// makes the weights the rounded copy, as the constructor would have.
+  void set_master_weights(MasterWeights m);
 
  private:
   std::string name_;

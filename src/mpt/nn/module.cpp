@@ -61,12 +61,15 @@ Module* Sequential::find(std::string_view p) {
 }
 
 std::vector<std::string> Sequential::paths() const {
-  std::vector<std::string> out;
+  std::vector<std::string> out = inner_paths();  // a container's own parts first (a model's embedding_sum)
   for (const auto& c : children_) {
     out.push_back(c.second->path());
     if (const auto* s = dynamic_cast<const Sequential*>(c.second.get())) {
-      const std::vector<std::string> inner = s->paths();
+      const std::vector<std::string> inner = s->paths();  // its inner paths included
       out.insert(out.end(), inner.begin(), inner.end());
+    } else {
+      const std::vector<std::string> parts = c.second->inner_paths();
+      out.insert(out.end(), parts.begin(), parts.end());
     }
   }
   return out;

@@ -58,6 +58,11 @@ class Module {
   virtual void apply_policy(const Policy& policy) { (void)policy; }
   /// The tensors the last forward kept for backward.
   virtual std::vector<const Tensor*> saved() const { return {}; }
+  /// Chapter 6: the paths of the parts this module runs that are not
+  /// children of a Sequential — attention's projections ("<path>.q"), a
+  /// block's residual additions ("<path>.residual1") — so that
+  /// Sequential::paths() lists every path an op asks the policy with.
+  virtual std::vector<std::string> inner_paths() const { return {}; }
 
   /// The layer's path in its model ("fc1"); a container sets its children's.
   const std::string& path() const { return path_; }
@@ -124,7 +129,9 @@ class Sequential : public Module {
   const std::string& child_name(std::size_t i) const { return children_.at(i).first; }
   /// The module at `path` (this one or a descendant), or nullptr.
   Module* find(std::string_view path);
-  /// The path of every descendant, in order (containers before their children).
+  /// The path of every descendant, in order (containers before their
+  /// children), each followed by its inner_paths(): every path an op of the
+  /// model asks the policy with (Chapter 6 checks patterns against it).
   std::vector<std::string> paths() const;
 
   std::vector<Parameter*> parameters() override;

@@ -88,6 +88,26 @@ RefreshStats refresh_codes(Tensor& master, Tensor& model, DType d, MasterWeights
 
 }  // namespace
 
+Tensor Parameter::read(DType d, Context& ctx, std::string_view path, Phase phase, const std::string& role) {
+  const Tensor& w = weights();
+  if (w.dtype() == d && !w.scale()) return w;
+  // PyTorch's cached_cast caches lower-precision casts of fp32 leaf weights only.
+  const bool cacheable = w.dtype() == DType::f32 && (d == DType::f16 || d == DType::bf16) && !w.scale();
+  if (!cacheable) return ctx.cast(w, d, path, phase, role);
+  for (CachedCast& c : cast_cache_) {
+    if (c.dtype != d) continue;
+    if (c.source_version == w.version()) {
+      ctx.note_cached_cast(c.cast, path, phase, role);
+      return c.cast;
+    }
+    c.cast = ctx.cast(w, d, path, phase, role);  // the weights changed: cast again
+    c.source_version = w.version();
+    return c.cast;
+  }
+  cast_cache_.push_back({d, w.version(), ctx.cast(w, d, path, phase, role)});
+  return cast_cache_.back().cast;
+}
+
 void Parameter::accumulate_grad(float* g, std::int64_t n, DType d) {
   if (n != grad.numel())
     throw std::invalid_argument(name + ": a gradient of " + std::to_string(n) + " elements for " +

@@ -1,5 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights: the Parameter.
-// Depends on: the core tier (tensor.hpp, dtype.hpp, random.hpp).
+// Depends on: the core tier (tensor.hpp, dtype.hpp, random.hpp; context.hpp
+// for Chapter 6's weight cast cache).
 //
 // A trainable tensor as mixed precision keeps it: the FP32 master the
 // optimizer updates, the model copy that forward and backward read — in the
@@ -12,7 +13,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "mpt/core/context.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
@@ -80,13 +84,32 @@ class Parameter {
   /// MasterWeights::none also write the rounded weights back into the
   /// master. Returns what changed (see RefreshStats).
   RefreshStats refresh(MasterWeights mode = MasterWeights::fp32);
+  /// The weights as an op reads them in dtype d, at the op's boundary:
+  /// weights() itself when it already is d. Otherwise a cast, counted in
+  /// `ctx` (Context::cast) — except that an f32 weight cast to f16 or bf16 is
+  /// cast once and then reused until the weights change (Chapter 6: the
+  /// weight cast cache of PyTorch's autocast, which caches exactly these
+  /// casts of fp32 leaf weights), each reuse counted and traced as a cached
+  /// cast (Context::note_cached_cast). "Change" is any write to the tensor
+  /// (Tensor::version): an optimizer step, a refresh, a broadcast, a load.
+  /// `role` names the tensor in the trace ("weight").
+  Tensor read(DType d, Context& ctx, std::string_view path, Phase phase, const std::string& role);
   /// A layer's backward hands over this parameter's gradient: `g` (n FP32
-  /// values, scratch) is rounded in place into `d`, the model copy's dtype
-  /// (the gradient of an f16 weight is an f16 tensor), and *added* into the
-  /// FP32 grad (PyTorch's .grad accumulation). Throws std::invalid_argument
-  /// unless n == grad.numel(). Then calls grad_hook, if set.
-  /// With grad_factor or grad_carry set (below), in the same pass: grad =
-  /// grad × grad_carry + g × grad_factor, and grad_carry becomes 1.
+  /// values, scratch) is rounded in place into the dtype of `as_read`, the
+  /// tensor the op read the weights as (weights(), or what read() gave it),
+  /// and *added* into the FP32 grad (PyTorch's .grad accumulation). So the
+  /// gradient passes through the dtype the weight was read in: an f16 model
+  /// copy's gradient is an f16 tensor, and so is the gradient of an f32
+  /// weight that autocast cast to f16 (the backward of that cast widens it).
+  /// Every layer's call goes through here: the rule lives in one place.
+  void accumulate_grad(float* g, std::int64_t n, const Tensor& as_read) {
+    accumulate_grad(g, n, as_read.dtype());
+  }
+  /// accumulate_grad with the dtype given directly: rounded into `d`, added
+  /// into grad. Throws std::invalid_argument unless n == grad.numel(). Then
+  /// calls grad_hook, if set. With grad_factor or grad_carry set (below), in
+  /// the same pass: grad = grad × grad_carry + g × grad_factor, and
+  /// grad_carry becomes 1.
   void accumulate_grad(float* g, std::int64_t n, DType d);
   /// Chapter 5: DistributedDataParallel divides by the world size here, in
   /// the pass accumulate_grad makes anyway, instead of in a pass of its own
@@ -105,8 +128,14 @@ class Parameter {
   std::size_t model_bytes() const { return model_dtype_ == DType::f32 ? 0 : model_.bytes(); }
 
  private:
+  struct CachedCast {
+    DType dtype;                   // what the weights were cast to
+    std::uint64_t source_version;  // weights().version() when they were
+    Tensor cast;
+  };
   DType model_dtype_ = DType::f32;
   Tensor model_;
+  std::vector<CachedCast> cast_cache_;  // at most one per dtype
 };
 
 /// A parameter holding the FP32 matrix `init`, its model copy in d.

@@ -89,6 +89,11 @@ TransformerBlock::TransformerBlock(int d_model, int num_heads, int hidden, Rng& 
   fc2 = &mlp->emplace<Linear>("fc2", hidden, d_model, rng);
 }
 
+std::vector<std::string> TransformerBlock::inner_paths() const {
+  const std::string base = path().empty() ? "" : path() + ".";
+  return {base + "residual1", base + "residual2"};
+}
+
 Tensor TransformerBlock::forward_impl(const Tensor& x, Context& ctx) {
   if (x.dim() != 3 || x.size(2) != ln1->normalized_shape().front())
     throw std::invalid_argument(std::string(kind()) + " " + path() + ": x is " + shape_string(x.shape()) +

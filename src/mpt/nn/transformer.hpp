@@ -90,6 +90,8 @@ class TransformerBlock final : public Sequential {
   Sequential* mlp;               ///< fc1, gelu, fc2
   Linear* fc1;                   ///< the MLP's D → hidden
   Linear* fc2;                   ///< the MLP's hidden → D (a residual projection)
+  /// The residual additions' paths: "<path>.residual1", "<path>.residual2".
+  std::vector<std::string> inner_paths() const override;
 
  protected:
   /// x [B, T, D] to x + attn(ln1(x)) + mlp(ln2(·)), stored in the "add" op's output dtype.
@@ -116,6 +118,8 @@ class TinyTransformer final : public Model {
   TinyTransformer& operator=(TinyTransformer&&) = default;  ///< moves keep the parameters' addresses
   /// "TinyTransformer".
   const char* kind() const override { return "TinyTransformer"; }
+  /// "embedding_sum", the op that adds the two embeddings.
+  std::vector<std::string> inner_paths() const override { return {"embedding_sum"}; }
   /// The configuration it was built from.
   const TransformerConfig& config() const { return config_; }
 

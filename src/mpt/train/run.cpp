@@ -87,6 +87,25 @@ float static_scale_of(const std::string& canonical) { return std::strtof(canonic
 
 std::string lr_text(double lr) { return shortest_decimal(lr); }
 
+// Each layer pattern of the policy covers at least one path an op of `net`
+// (or the loss, at "loss") asks with; a pattern that selects nothing is a
+// typo that would silently change nothing.
+void check_patterns(const PolicySpec& spec, const Model& net) {
+  std::vector<std::string> paths = net.paths();
+  paths.emplace_back("loss");
+  std::vector<std::string> patterns = spec.keep_layers;
+  for (const LayerRule& r : spec.rules) patterns.push_back(r.pattern);
+  for (const std::string& p : patterns) {
+    const PathPattern pattern(p);
+    if (std::any_of(paths.begin(), paths.end(), [&](const std::string& q) { return pattern.covers(q); }))
+      continue;
+    std::string list;
+    for (const std::string& q : paths) list += (list.empty() ? "" : ", ") + q;
+    bad_config("policy " + spec.text() + ": the layer pattern '" + p +
+               "' selects no layer of this model; its paths: " + list);
+  }
+}
+
 }  // namespace
 
 std::string canonical_policy(const std::string& text) { return parse_policy_string(text).text(); }
@@ -104,7 +123,15 @@ RunConfig resolve_config(RunConfig c) {
     bad_config("model " + c.model + " does not train on data " + c.data +
                "; the pairs are mlp with synthetic or digits, cnn with digits, transformer with text");
   }
-  c.policy = canonical_policy(c.policy);
+  const PolicySpec spec = parse_policy_string(c.policy);
+  c.policy = spec.text();
+  // A preset that names its scaler (apex's loss_scale, Keras's
+  // LossScaleOptimizer) gives it when none is asked for; an explicit scaler
+  // overrides it, as apex's loss_scale= override does.
+  if (c.scaler.empty()) c.scaler = spec.needs().scaler;
+  if (c.scaler.empty())
+    bad_config("no scaler: the policy " + c.policy +
+               " names none; give one of dynamic, static:S (S a finite number > 0), none");
   c.scaler = canonical_scaler(c.scaler);
   if (c.optimizer.empty()) c.optimizer = c.model == "transformer" ? "adamw" : "sgd";
   if (c.optimizer != "sgd" && c.optimizer != "adamw")
@@ -191,6 +218,11 @@ struct TrainRun::Impl {
       text = split_text(corpus().tokens().size());
       windows = Rng(seed);
     }
+    // Chapter 6: every pattern must select something, and a preset without
+    // master weights (apex O3, jmp params below f32) trains without them.
+    const PolicySpec spec = parse_policy_string(config.policy);
+    check_patterns(spec, *net);
+    if (!spec.needs().master_weights) net->set_master_weights(MasterWeights::none);
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
     if (parallel.comm != nullptr) {
       const std::int64_t rows = lm != nullptr ? kTextBatch : kBatch;

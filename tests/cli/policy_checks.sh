@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Chapter 06 — `mpt policy show` and the presets in `mpt train`, checked as a
+# user sees them.
+# Depends on: cli_lib.sh (the shared harness), bash, grep; python3 for the
+# JSON checks (those cases exit 77, Skipped, without it).
+#
+# Usage: policy_checks.sh PATH/TO/mpt CASE. Exit 0 pass, 1 fail, 77 skipped.
+set -u
+
+MPT=$1
+CASE=$2
+. "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+
+case "$CASE" in
+
+show_cuda_and_cpu_lists_differ)
+  # layer_norm and softmax: f32 under CUDA autocast, bf16 through under CPU autocast.
+  need_python
+  run policy show autocast:cuda:bf16 --inputs bf16 --json
+  expect_rc 0
+  cp "$OUT" "$WORK/cuda.json"
+  run policy show autocast:cpu:bf16 --inputs bf16 --json
+  expect_rc 0
+  python3 - "$WORK/cuda.json" "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+cuda, cpu = (json.load(open(p)) for p in sys.argv[1:3])
+assert cuda["policy"] == "autocast:cuda:bf16" and cpu["policy"] == "autocast:cpu:bf16"
+by = lambda d: {o["op"]: o for o in d["ops"]}
+c, p = by(cuda), by(cpu)
+for op in ("layer_norm", "softmax"):
+    assert c[op]["output"] == "f32" and p[op]["output"] == "bf16", (op, c[op], p[op])
+    assert p[op]["list"] == "none", p[op]
+assert c["layer_norm"]["list"] == "fp32" and c["softmax"]["list"] == "fp32_set_opt_dtype"
+assert c["linear"]["output"] == p["linear"]["output"] == "bf16"
+assert "refused" in c["binary_cross_entropy"] and "unsafe to autocast" in c["binary_cross_entropy"]["refused"]
+assert p["binary_cross_entropy"]["output"] == "f32"
+assert [o["op"] for o in cuda["ops"]][:2] == ["linear", "matmul"]
+assert c["bmm"]["runs"] is False and c["linear"]["runs"] is True
+PY
+  ;;
+
+show_text_table)
+  run policy show O1
+  expect_rc 0
+  expect_out "policy O1: autocast cuda f16"
+  expect_out "apex opt_level O1: cast_model_type=None, patch_torch_functions=True"
+  expect_out "scaler dynamic"
+  expect_out_regex "^layer_norm +fp32 +f32 +f32 +f32$"
+  expect_out_regex "^binary_cross_entropy \* +banned +refused: binary_cross_entropy is unsafe to autocast"
+  ;;
+
+show_jmp_and_presets)
+  need_python
+  run policy show jmp:params=float32,compute=float16,output=float32 --json
+  expect_rc 0
+  cp "$OUT" "$WORK/jmp.json"
+  run policy show O3 --json
+  expect_rc 0
+  python3 - "$WORK/jmp.json" "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+jmp, o3 = (json.load(open(p)) for p in sys.argv[1:3])
+assert jmp["policy"] == "jmp:p=f32,c=f16,o=f32", jmp["policy"]
+assert (jmp["params"], jmp["compute"], jmp["output"]) == ("f32", "f16", "f32")
+assert jmp["jmp_str"] == "p=full,c=f16,o=full"
+assert jmp["needs"] == {"master_weights": True, "scaler": None}
+assert o3["needs"] == {"master_weights": False, "scaler": "static:1"}
+assert "params" not in o3 and all(o["list"] is None for o in o3["ops"])
+PY
+  ;;
+
+train_applies_the_preset)
+  # O3 names its scaler (loss_scale=1.0) and trains without master weights;
+  # an explicit --scaler overrides it, as apex's loss_scale= does.
+  need_python
+  run train --model mlp --policy O3 --steps 2 --json
+  expect_rc 0
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["config"]; assert (c["policy"], c["scaler"]) == ("O3", "static:1"), c' "$OUT" ||
+    fail "O3 did not bring its scaler"
+  run train --model mlp --policy O3 --scaler dynamic --steps 2 --json
+  expect_rc 0
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["config"]; assert c["scaler"] == "dynamic", c' "$OUT" ||
+    fail "--scaler did not override the preset's"
+  # A region that is off casts nothing: fc1's bf16 output reaches fc2 as it
+  # is, and fc2's f32 weight with it is a product PyTorch refuses. The
+  # attention, whose input arrives in f32 (layer_norm passes it through on
+  # the CPU), runs in f32 there without complaint.
+  run train --model transformer --policy "autocast:cpu:bf16+block0.mlp.fc2=autocast-off" --scaler none --steps 1
+  # (The refusal comes when the op first runs, at step 1: exit 1, not 2.)
+  expect_rc 1
+  expect_err "linear at block0.mlp.fc2: its inputs arrive as bf16 and f32"
+  run train --model transformer --policy "autocast:cpu:bf16+block0.attn=autocast-off" --scaler none --steps 1
+  expect_rc 0
+  ;;
+
+help_lists_policy)
+  run policy --help
+  expect_rc 0
+  expect_out "show"
+  run policy show --help
+  expect_rc 0
+  expect_out "--inputs"
+  ;;
+
+*)
+  echo "unknown case '$CASE'"
+  exit 1
+  ;;
+esac
+exit 0
