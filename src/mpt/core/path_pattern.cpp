@@ -1,5 +1,5 @@
 // Chapters 02 onwards — layer paths and path patterns (see path_pattern.hpp).
-// Depends on: path_pattern.hpp.
+// Depends on: path_pattern.hpp, split.hpp.
 #include "mpt/core/path_pattern.hpp"
 
 #include <cctype>
@@ -8,19 +8,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "mpt/core/split.hpp"
+
 namespace mpt {
 namespace {
 
-std::vector<std::string_view> segments_of(std::string_view s) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = s.find('.', start);
-    out.push_back(s.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
-    if (at == std::string_view::npos) return out;
-    start = at + 1;
-  }
-}
+std::vector<std::string_view> segments_of(std::string_view s) { return split_at<std::string_view>(s, '.'); }
 
 // One segment against one name: "*" is any run of characters (none included).
 bool glob(std::string_view pattern, std::string_view name) {

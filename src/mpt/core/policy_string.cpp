@@ -1,6 +1,6 @@
 // Chapters 02 onwards — the policy string: parsing and the canonical text.
 // Depends on: policy_string.hpp, ops.hpp (op_info: the known ops), dtype.hpp
-// (dtype_named), path_pattern.hpp (the rules' patterns).
+// (dtype_named), path_pattern.hpp (the rules' patterns), split.hpp.
 #include "mpt/core/policy_string.hpp"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "mpt/core/ops.hpp"
 #include "mpt/core/path_pattern.hpp"
+#include "mpt/core/split.hpp"
 
 namespace mpt {
 namespace {
@@ -44,20 +45,9 @@ std::string shown(const std::string& s) {
   throw std::invalid_argument("policy " + shown(text) + ": " + what + "; valid: " + policy_string_syntax());
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = s.find(sep, start);
-    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
-}
-
 bool is_path(const std::string& p) {
   if (p.empty()) return false;
-  for (const std::string& name : split(p, '.')) {
+  for (const std::string& name : split_at(p, '.')) {
     if (name.empty()) return false;
     for (const char c : name)
       if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_') return false;
@@ -71,7 +61,7 @@ template <class Check>
 std::vector<std::string> names_of(const std::string& text, const std::string& clause, const std::string& list,
                                   Check check) {
   if (list.empty()) refuse(text, "'" + clause + "' names nothing");
-  std::vector<std::string> names = split(list, ',');
+  std::vector<std::string> names = split_at(list, ',');
   for (const std::string& n : names) {
     if (n.empty()) refuse(text, "'" + clause + "' has an empty name (a comma too many)");
     check(n);
@@ -85,9 +75,8 @@ std::vector<std::string> names_of(const std::string& text, const std::string& cl
 std::string policy_string_syntax() {
   return "BASE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE|autocast-off|"
          "autocast-on...] with BASE a DTYPE or a preset, DTYPE one of " +
-         dtype_names() +
-         ", a preset one of O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY, "
-         "and PATTERN a layer path whose names may hold * or be **, e.g. f16+keep-f32:layer_norm, "
+         dtype_names() + ", a preset one of " + named_base_choices() +
+         ", and PATTERN a layer path whose names may hold * or be **, e.g. f16+keep-f32:layer_norm, "
          "f16+block*.mlp=f32, O1+head=autocast-off";
 }
 
@@ -95,7 +84,7 @@ PolicySpec parse_policy_string(const std::string& text) {
   if (text.empty()) refuse(text, "empty");
   if (text.size() > kMaxPolicyStringLength)
     refuse(text, "longer than " + std::to_string(kMaxPolicyStringLength) + " characters");
-  const std::vector<std::string> parts = split(text, '+');
+  const std::vector<std::string> parts = split_at(text, '+');
   PolicySpec spec;
   try {
     spec.dtype = dtype_named(parts[0]);
@@ -203,13 +192,13 @@ std::string PolicySpec::text() const {
 }
 
 std::shared_ptr<const Policy> PolicySpec::make() const {
-  std::vector<std::pair<PathPattern, bool>> regions;  // the autocast regions go to the base
+  NamedBase::Regions regions;  // the autocast regions go to the base
   std::vector<const LayerRule*> dtype_rules;
   for (const LayerRule& r : rules) {
     if (r.kind == LayerRule::Kind::dtype) dtype_rules.push_back(&r);
     else regions.emplace_back(PathPattern(r.pattern), r.kind == LayerRule::Kind::autocast_on);
   }
-  std::shared_ptr<const Policy> first = base ? make_named_base(*base, regions) : uniform_policy(dtype);
+  std::shared_ptr<const Policy> first = base ? base->make(regions) : uniform_policy(dtype);
   if (keep_ops.empty() && keep_layers.empty() && dtype_rules.empty()) return first;
   if (dtype_rules.empty()) return std::make_shared<KeepF32Policy>(first, keep_layers, keep_ops);
   std::vector<PathRule> all;  // keep-f32-layers first: PATH=f32, so that a later rule may override it

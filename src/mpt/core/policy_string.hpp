@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,18 +84,20 @@ struct PolicyNeeds {
 /// Chapter 6's named policies as the grammar sees them. Declared here, for
 /// the parser; defined with the presets in presets.cpp.
 struct NamedBase {
+  /// The autocast regions of a policy string: (pattern, on).
+  using Regions = std::vector<std::pair<PathPattern, bool>>;
+  /// Builds the base's policy with the string's regions (none unless `autocast`).
+  using Make = std::function<std::shared_ptr<const Policy>(const Regions&)>;
   std::string canonical;  ///< "O2", "autocast:cuda:f16", "mixed_float16", "jmp:p=f32,c=f16,o=f32"
   bool autocast = false;  ///< true for an autocast policy (O1 and autocast:...): regions apply
   PolicyNeeds needs;      ///< what it asks of a run
+  Make make;              ///< its policy (see Make)
 };
 /// The named policy `text` spells ("O1", "autocast:cpu", "jmp:c=half"), or
 /// nullopt when `text` is none (a dtype, or unknown). Throws
 /// std::invalid_argument, one line, for a malformed autocast: or jmp: text.
 std::optional<NamedBase> named_base(const std::string& text);
-/// The policy of a named base, with the autocast regions of the string.
-std::shared_ptr<const Policy> make_named_base(const NamedBase& base,
-                                              const std::vector<std::pair<PathPattern, bool>>& regions);
-/// The names named_base() knows, for messages: "O0, O1, O2, O3, ...".
+/// The names named_base() knows, for messages: "O0-O3, mixed_float16, ...".
 std::string named_base_choices();
 
 /// A parsed policy string: the uniform dtype, its FP32 islands and its rules.

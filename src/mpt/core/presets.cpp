@@ -1,6 +1,6 @@
 // Chapter 06 — per-task precision policies: the presets, and the named bases
 // of the policy string (named_base, make_named_base).
-// Depends on: presets.hpp, autocast.hpp, policy_string.hpp.
+// Depends on: presets.hpp, autocast.hpp, policy_string.hpp, split.hpp.
 #include "mpt/core/presets.hpp"
 
 #include <memory>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "mpt/core/autocast.hpp"
+#include "mpt/core/split.hpp"
 
 namespace mpt {
 
@@ -24,17 +25,6 @@ const std::vector<ApexLevel>& apex_levels() {
 // --- jmp ----------------------------------------------------------------------------
 
 namespace {
-
-std::vector<std::string> jmp_split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = s.find(sep, start);
-    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
-}
 
 // jmp's parse_dtype: its dtype_to_names table, and "half" (f16 off TPU).
 DType jmp_dtype(const std::string& all, const std::string& v) {
@@ -73,9 +63,9 @@ JmpSpec parse_jmp(const std::string& text) {
     return s;
   }
   std::optional<DType> compute, output;
-  for (const std::string& part : jmp_split(text, ',')) {
-    // jmp: key, value = part.jmp_split("=", 2) — exactly one '=' unpacks.
-    const std::vector<std::string> kv = jmp_split(part, '=');
+  for (const std::string& part : split_at(text, ',')) {
+    // jmp: key, value = part.split("=", 2) — exactly one '=' unpacks.
+    const std::vector<std::string> kv = split_at(part, '=');
     if (kv.size() != 2)
       throw std::invalid_argument(
           "jmp policy '" + text + "': '" + part +
@@ -126,32 +116,61 @@ std::string apex_origin(const ApexLevel& l) {
 }  // namespace
 
 std::string named_base_choices() {
-  return "O0, O1, O2, O3 (apex), mixed_float16, mixed_bfloat16 (Keras), autocast:cuda[:f16|bf16], "
-         "autocast:cpu[:bf16|f16] (torch.autocast), jmp:POLICY (e.g. jmp:params=float32,compute=float16)";
+  return "O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY";
 }
+
+namespace {
+
+std::vector<AutocastRegion> regions_of(const NamedBase::Regions& regions) {
+  std::vector<AutocastRegion> rs;
+  for (const auto& [pattern, on] : regions) rs.push_back({pattern, on});
+  return rs;
+}
+
+// A base that is no autocast policy: the parser gives it no regions.
+template <class F>
+NamedBase::Make without_regions(F build) {
+  return [build](const NamedBase::Regions&) { return build(); };
+}
+
+}  // namespace
 
 std::optional<NamedBase> named_base(const std::string& text) {
   for (const ApexLevel& l : apex_levels()) {
     if (text != l.name) continue;
-    NamedBase b{l.name, l.patch_torch_functions, {}};
+    NamedBase b{l.name, l.patch_torch_functions, {}, {}};
     b.needs.master_weights = l.master_weights != "False";
     b.needs.scaler = l.loss_scale == "dynamic" ? "dynamic" : "static:1";
     b.needs.origin = apex_origin(l);
+    if (l.name == "O1") {  // patch_torch_functions: autocast's lists
+      b.make = [](const NamedBase::Regions& r) {
+        return std::make_shared<AutocastPolicy>(AutocastDevice::cuda, DType::f16, regions_of(r));
+      };
+    } else if (l.name == "O2") {  // cast_model_type float16, keep_batchnorm_fp32
+      b.make = without_regions([] {
+        return std::make_shared<KeepF32Policy>(uniform_policy(DType::f16), std::vector<std::string>{},
+                                               std::vector<std::string>{"batch_norm"});
+      });
+    } else {  // O0: float32 throughout; O3: float16 throughout
+      const DType d = l.name == "O0" ? DType::f32 : DType::f16;
+      b.make = without_regions([d] { return uniform_policy(d); });
+    }
     return b;
   }
-  if (text == "mixed_float16")
-    return NamedBase{text,
-                     false,
-                     {true, "dynamic",
-                      "Keras mixed_float16: variables float32, compute float16; Model.compile adds a "
-                      "LossScaleOptimizer (dynamic loss scaling)"}};
-  if (text == "mixed_bfloat16")
-    return NamedBase{
-        text,
-        false,
-        {true, "", "Keras mixed_bfloat16: variables float32, compute bfloat16; no loss scaling"}};
+  if (text == "mixed_float16" || text == "mixed_bfloat16") {
+    const bool f16 = text == "mixed_float16";
+    const DType compute = f16 ? DType::f16 : DType::bf16;
+    NamedBase b{text, false, {}, {}};
+    b.needs.scaler = f16 ? "dynamic" : "";
+    b.needs.origin = f16 ? "Keras mixed_float16: variables float32, compute float16; Model.compile adds a "
+                           "LossScaleOptimizer (dynamic loss scaling)"
+                         : "Keras mixed_bfloat16: variables float32, compute bfloat16; no loss scaling";
+    b.make = without_regions(
+        [text, compute] { return std::make_shared<CastAllPolicy>(text, DType::f32, compute, std::nullopt); });
+    return b;
+  }
   if (starts(text, kAutocast)) {
-    const std::vector<std::string> p = jmp_split(text.substr(9), ':');
+    const std::vector<std::string> p = split_at(text.substr(9), ':');
     if (p.size() > 2 || (p[0] != "cuda" && p[0] != "cpu"))
       throw std::invalid_argument("named policy '" + text +
                                   "': autocast takes autocast:DEVICE[:DTYPE] with DEVICE "
@@ -168,12 +187,14 @@ std::optional<NamedBase> named_base(const std::string& text) {
         throw std::invalid_argument("named policy '" + text + "': autocast's DTYPE is f16 or bf16, not '" +
                                     p[1] + "'");
     }
-    const std::string canonical = "autocast:" + p[0] + ":" + std::string(dtype_name(d));
-    return NamedBase{canonical,
+    return NamedBase{"autocast:" + p[0] + ":" + std::string(dtype_name(d)),
                      true,
                      {true, "",
                       "torch.autocast(\"" + p[0] + "\", dtype=" + std::string(dtype_name(d)) +
-                          "): PyTorch's " + p[0] + " op lists; no scaler of its own"}};
+                          "): PyTorch's " + p[0] + " op lists; no scaler of its own"},
+                     [dev, d](const NamedBase::Regions& r) {
+                       return std::make_shared<AutocastPolicy>(dev, d, regions_of(r));
+                     }};
   }
   if (starts(text, kJmp)) {
     const JmpSpec j = parse_jmp(text.substr(4));
@@ -181,37 +202,12 @@ std::optional<NamedBase> named_base(const std::string& text) {
         "jmp:" + j.text(),
         false,
         {j.params == DType::f32, "",
-         "jmp policy " + j.jmp_text() + " (params, compute, output); jmp's loss scales are separate"}};
+         "jmp policy " + j.jmp_text() + " (params, compute, output); jmp's loss scales are separate"},
+        without_regions([j] {
+          return std::make_shared<CastAllPolicy>("jmp " + j.text(), j.params, j.compute, j.output);
+        })};
   }
   return std::nullopt;
-}
-
-std::shared_ptr<const Policy> make_named_base(const NamedBase& base,
-                                              const std::vector<std::pair<PathPattern, bool>>& regions) {
-  std::vector<AutocastRegion> rs;
-  for (const auto& [pattern, on] : regions) rs.push_back({pattern, on});
-  if (!rs.empty() && !base.autocast)
-    throw std::logic_error("make_named_base: regions for " + base.canonical +
-                           ", which is no autocast policy");
-  const std::string& n = base.canonical;
-  if (n == "O0") return uniform_policy(DType::f32);
-  if (n == "O1") return std::make_shared<AutocastPolicy>(AutocastDevice::cuda, DType::f16, std::move(rs));
-  if (n == "O2")
-    return std::make_shared<KeepF32Policy>(uniform_policy(DType::f16), std::vector<std::string>{},
-                                           std::vector<std::string>{"batch_norm"});
-  if (n == "O3") return uniform_policy(DType::f16);
-  if (n == "mixed_float16") return std::make_shared<CastAllPolicy>(n, DType::f32, DType::f16, std::nullopt);
-  if (n == "mixed_bfloat16") return std::make_shared<CastAllPolicy>(n, DType::f32, DType::bf16, std::nullopt);
-  if (starts(n, kAutocast)) {
-    const std::vector<std::string> p = jmp_split(n.substr(9), ':');
-    return std::make_shared<AutocastPolicy>(p[0] == "cuda" ? AutocastDevice::cuda : AutocastDevice::cpu,
-                                            dtype_named(p[1]), std::move(rs));
-  }
-  if (starts(n, kJmp)) {
-    const JmpSpec j = parse_jmp(n.substr(4));
-    return std::make_shared<CastAllPolicy>("jmp " + j.text(), j.params, j.compute, j.output);
-  }
-  throw std::logic_error("make_named_base: unknown named policy '" + n + "'");
 }
 
 }  // namespace mpt
