@@ -63,16 +63,18 @@ int cmd_policy_show(const PolicyShowArgs& a) {
     throw UsageError("--inputs: '" + a.inputs + "' is not one of f32, f16, bf16");
   const std::shared_ptr<const mpt::Policy> policy =
       mpt::cli::invalid_argument_is_usage_error([&] { return spec.make(); });
-  // The autocast device whose lists apply, when the base is an autocast policy.
-  const auto* autocast = dynamic_cast<const mpt::AutocastPolicy*>(policy.get());
+  // The autocast device whose lists apply, when the base is an autocast
+  // policy (O1 is CUDA's), from the base's name: clauses may wrap it.
+  const mpt::AutocastDevice device = spec.base && spec.base->canonical.rfind("autocast:cpu", 0) == 0
+                                         ? mpt::AutocastDevice::cpu
+                                         : mpt::AutocastDevice::cuda;
   std::vector<ShownOp> rows;
   for (const mpt::OpInfo& op : mpt::known_ops()) {
     ShownOp r;
     r.op = std::string(op.name);
     r.runs = op.chapter != 0;
     if (spec.base && spec.base->autocast)
-      r.list = std::string(mpt::cast_list_name(
-          mpt::autocast_list(autocast ? autocast->device() : mpt::AutocastDevice::cuda, op.name)));
+      r.list = std::string(mpt::cast_list_name(mpt::autocast_list(device, op.name)));
     try {
       r.d = policy->decide({op.name, "", query_inputs(op, x, *policy)});
     } catch (const std::invalid_argument& e) {

@@ -19,8 +19,16 @@ show_cuda_and_cpu_lists_differ)
   run policy show autocast:cuda:bf16 --inputs bf16 --json
   expect_rc 0
   cp "$OUT" "$WORK/cuda.json"
+  run policy show autocast:cpu:bf16+keep-f32:gelu --inputs bf16 --json
+  expect_rc 0
+  cp "$OUT" "$WORK/cpu_wrapped.json"
   run policy show autocast:cpu:bf16 --inputs bf16 --json
   expect_rc 0
+  python3 - "$WORK/cpu_wrapped.json" "$OUT" <<'PY' || fail "a clause hides the CPU lists"
+import json, sys
+wrapped, plain = (json.load(open(p)) for p in sys.argv[1:3])
+assert [o["list"] for o in wrapped["ops"]] == [o["list"] for o in plain["ops"]]
+PY
   python3 - "$WORK/cuda.json" "$OUT" <<'PY' || fail "JSON check failed"
 import json, sys
 cuda, cpu = (json.load(open(p)) for p in sys.argv[1:3])
