@@ -24,6 +24,7 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/core/policy.hpp"
+#include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/cnn.hpp"
@@ -54,7 +55,8 @@ struct TraceArgs {
   std::string dtype = "f16";
   std::string keep_f32;
   std::string keep_f32_ops;
-  bool sizes_given = false, activation_given = false;
+  std::string policy;  // Chapter 6: the policy string of mpt train, instead of the three options above
+  bool sizes_given = false, activation_given = false, dtype_given = false;
   std::string activation = "relu";
   std::string seed = "1";
   bool forward_only = false;
@@ -154,6 +156,22 @@ Setup setup_of(const TraceArgs& a) {
     throw UsageError("--seed: '" + a.seed + "' is not a seed; give a whole number from 0");
   s.seed = static_cast<std::uint64_t>(v);
   s.config.seed = s.seed;
+  if (!a.policy.empty()) {
+    // One grammar for every command: the policy string of mpt train.
+    if (a.dtype_given || !a.keep_f32.empty() || !a.keep_f32_ops.empty())
+      throw UsageError(std::string("--policy excludes ") +
+                       (a.dtype_given         ? "--dtype"
+                        : !a.keep_f32.empty() ? "--keep-f32"
+                                              : "--keep-f32-ops") +
+                       "; write it into the policy string, e.g. f16+keep-f32-layers:fc3+keep-f32:batch_norm");
+    const mpt::PolicySpec spec =
+        mpt::cli::invalid_argument_is_usage_error([&] { return mpt::parse_policy_string(a.policy); });
+    std::vector<std::string> paths = make_model(s)->paths();
+    paths.emplace_back("loss");
+    mpt::cli::invalid_argument_is_usage_error([&] { mpt::check_patterns_select(spec, paths); });
+    s.config.policy = spec.make();
+    return s;
+  }
   std::vector<std::string> keep, keep_ops;
   if (!a.keep_f32.empty()) {
     // The paths must be layers of this model: build it once to ask.
@@ -285,8 +303,8 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                          ->add_option("--activation", a->activation,
                                       "the MLP's, between its Linear layers: " + joined(kActivations))
                          ->capture_default_str();
-  trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())
-      ->capture_default_str();
+  auto* dtype = trace->add_option("--dtype", a->dtype, "the uniform policy's dtype: " + mpt::dtype_names())
+                    ->capture_default_str();
   trace
       ->add_option(
           "--keep-f32", a->keep_f32,
@@ -299,6 +317,12 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
           "ops kept in f32 inside the uniform policy (KeepF32Policy), by PyTorch name, e.g. batch_norm, or "
           "layer_norm,scaled_dot_product_attention in the Transformer")
       ->type_name("OPS");
+  trace
+      ->add_option("--policy", a->policy,
+                   "instead of --dtype, --keep-f32 and --keep-f32-ops: any policy string of mpt train "
+                   "(O1, autocast:cpu:bf16, mixed_float16, f16+block*.mlp=f32, ...); its layer patterns must "
+                   "select layers of the model")
+      ->type_name("P");
   trace->add_option("--batch", a->batch, "rows of the batch (1 to 4096)")
       ->capture_default_str()
       ->type_name("N");
@@ -321,9 +345,10 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
                    "long models)")
       ->check(CLI::IsMember({"LR", "TB"}))
       ->capture_default_str();
-  handlers.on(trace, [a, sizes, activation] {
+  handlers.on(trace, [a, sizes, activation, dtype] {
     a->sizes_given = sizes->count() > 0;
     a->activation_given = activation->count() > 0;
+    a->dtype_given = dtype->count() > 0;
     return cmd_trace(*a);
   });
 }

@@ -100,6 +100,29 @@ train_applies_the_preset)
   expect_rc 0
   ;;
 
+trace_takes_the_policy_string)
+  # mpt trace reads the grammar of mpt train: the Transformer under CUDA's
+  # autocast lists keeps layer_norm and the loss in f32, runs the products
+  # in f16 and reuses the weight casts in backward.
+  need_python
+  run trace --model transformer --batch 2 --policy autocast:cuda:f16 --json
+  expect_rc 0
+  python3 - "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+e = j["trace"]["entries"]
+fwd = lambda op: [x for x in e if x["op"] == op and x["phase"] == "forward"]
+assert fwd("layer_norm") and all(x["outputs"][0]["dtype"] == "f32" for x in fwd("layer_norm"))
+assert fwd("linear") and all(x["outputs"][0]["dtype"] == "f16" for x in fwd("linear"))
+assert j["trace"]["cached_casts"] > 0
+assert j["policy"] == "autocast cuda f16", j["policy"]
+PY
+  run trace --policy O1 --dtype f16
+  expect_usage_error "--policy excludes --dtype" "f16+keep-f32-layers:fc3"
+  run trace --model cnn --policy f16+bn=f32
+  expect_usage_error "the layer pattern 'bn' selects no layer" "its paths: unflatten, conv1"
+  ;;
+
 help_lists_policy)
   run policy --help
   expect_rc 0

@@ -1,5 +1,5 @@
 // Chapters 02 onwards — layer paths and path patterns (see path_pattern.hpp).
-// Depends on: path_pattern.hpp, split.hpp.
+// Depends on: path_pattern.hpp, text.hpp.
 #include "mpt/core/path_pattern.hpp"
 
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "mpt/core/split.hpp"
+#include "mpt/core/text.hpp"
 
 namespace mpt {
 namespace {

@@ -1,6 +1,6 @@
 // Chapters 02 onwards — the policy string: parsing and the canonical text.
 // Depends on: policy_string.hpp, ops.hpp (op_info: the known ops), dtype.hpp
-// (dtype_named), path_pattern.hpp (the rules' patterns), split.hpp.
+// (dtype_named), path_pattern.hpp (the rules' patterns), text.hpp.
 #include "mpt/core/policy_string.hpp"
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 
 #include "mpt/core/ops.hpp"
 #include "mpt/core/path_pattern.hpp"
-#include "mpt/core/split.hpp"
+#include "mpt/core/text.hpp"
 
 namespace mpt {
 namespace {
@@ -20,26 +20,6 @@ constexpr const char* kOpClause = "keep-f32:";
 constexpr const char* kLayerClause = "keep-f32-layers:";
 constexpr const char* kAutocastOff = "autocast-off";
 constexpr const char* kAutocastOn = "autocast-on";
-
-// The text as an error line may show it: at most 60 characters, every byte
-// outside printable ASCII written as \xHH, so the message stays one line.
-std::string shown(const std::string& s) {
-  constexpr std::size_t kShown = 60;
-  std::string out = "'";
-  for (std::size_t i = 0; i < s.size() && i < kShown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  out += "'";
-  if (s.size() > kShown) out += " (" + std::to_string(s.size()) + " characters, first 60 shown)";
-  return out;
-}
 
 [[noreturn]] void refuse(const std::string& text, const std::string& what) {
   throw std::invalid_argument("policy " + shown(text) + ": " + what + "; valid: " + policy_string_syntax());
@@ -171,6 +151,20 @@ PolicySpec parse_policy_string(const std::string& text) {
     refuse(text,
            "longer than " + std::to_string(kMaxPolicyStringLength) + " characters in its canonical spelling");
   return spec;
+}
+
+void check_patterns_select(const PolicySpec& spec, const std::vector<std::string>& paths) {
+  std::vector<std::string> patterns = spec.keep_layers;
+  for (const LayerRule& r : spec.rules) patterns.push_back(r.pattern);
+  for (const std::string& p : patterns) {
+    const PathPattern pattern(p);
+    if (std::any_of(paths.begin(), paths.end(), [&](const std::string& q) { return pattern.covers(q); }))
+      continue;
+    std::string list;
+    for (const std::string& q : paths) list += (list.empty() ? "" : ", ") + q;
+    throw std::invalid_argument("policy " + spec.text() + ": the layer pattern '" + p +
+                                "' selects no layer of this model; its paths: " + list);
+  }
 }
 
 std::string PolicySpec::text() const {

@@ -117,6 +117,13 @@ struct PolicySpec {
   PolicyNeeds needs() const { return base ? base->needs : PolicyNeeds{}; }
 };
 
+/// Chapter 6: every layer pattern of `spec` (its rules and keep-f32-layers
+/// paths) must cover at least one of `paths`, the paths a model's ops ask
+/// with (Sequential::paths(), and "loss" where the loss runs): a pattern that
+/// selects nothing is a typo that would change nothing. Throws
+/// std::invalid_argument, one line naming the pattern and listing `paths`.
+void check_patterns_select(const PolicySpec& spec, const std::vector<std::string>& paths);
+
 /// The longest policy string accepted, in characters.
 inline constexpr std::size_t kMaxPolicyStringLength = 4096;
 

@@ -1,6 +1,6 @@
 // Chapter 06 — per-task precision policies: the presets, and the named bases
 // of the policy string (named_base, make_named_base).
-// Depends on: presets.hpp, autocast.hpp, policy_string.hpp, split.hpp.
+// Depends on: presets.hpp, autocast.hpp, policy_string.hpp, text.hpp.
 #include "mpt/core/presets.hpp"
 
 #include <memory>
@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "mpt/core/autocast.hpp"
-#include "mpt/core/split.hpp"
+#include "mpt/core/text.hpp"
 
 namespace mpt {
 
@@ -33,11 +33,11 @@ DType jmp_dtype(const std::string& all, const std::string& v) {
   if (v == "full" || v == "f32" || v == "float32") return DType::f32;
   if (v == "f64" || v == "float64")
     throw std::invalid_argument(
-        "jmp policy '" + all + "': " + v +
+        "jmp policy " + shown(all) + ": " + v +  // v is f64 or float64 here
         " is a dtype jmp accepts, but this library stores no f64 (f32, f16, bf16 only)");
   throw std::invalid_argument(
-      "jmp policy '" + all + "': unknown dtype '" + v +
-      "' (jmp: \"must be full,half,float16,bfloat16 or a contraction thereof\"; its names "
+      "jmp policy " + shown(all) + ": unknown dtype " + shown(v) +
+      " (jmp: \"must be full,half,float16,bfloat16 or a contraction thereof\"; its names "
       "are full, f32, float32, half, f16, float16, bf16, bfloat16)");
 }
 
@@ -67,17 +67,16 @@ JmpSpec parse_jmp(const std::string& text) {
     // jmp: key, value = part.split("=", 2) — exactly one '=' unpacks.
     const std::vector<std::string> kv = split_at(part, '=');
     if (kv.size() != 2)
-      throw std::invalid_argument(
-          "jmp policy '" + text + "': '" + part +
-          "' is not KEY=DTYPE (jmp unpacks each comma-separated part into a key and a "
-          "value)");
+      throw std::invalid_argument("jmp policy " + shown(text) + ": " + shown(part) +
+                                  " is not KEY=DTYPE (jmp unpacks each comma-separated part into a key and a "
+                                  "value)");
     const DType value = jmp_dtype(text, kv[1]);  // jmp parses the value before it looks at the key
     if (kv[0] == "p" || kv[0] == "params") s.params = value;
     else if (kv[0] == "c" || kv[0] == "compute") compute = value;
     else if (kv[0] == "o" || kv[0] == "output") output = value;
     else
-      throw std::invalid_argument("jmp policy '" + text + "': unknown key '" + kv[0] +
-                                  "' (jmp: \"should be 'params', 'compute' or 'output'\", or p, c, o)");
+      throw std::invalid_argument("jmp policy " + shown(text) + ": unknown key " + shown(kv[0]) +
+                                  " (jmp: \"should be 'params', 'compute' or 'output'\", or p, c, o)");
   }
   s.compute = compute.value_or(s.params);  // compute follows params ...
   s.output = output.value_or(s.compute);   // ... and output follows compute
@@ -172,8 +171,8 @@ std::optional<NamedBase> named_base(const std::string& text) {
   if (starts(text, kAutocast)) {
     const std::vector<std::string> p = split_at(text.substr(9), ':');
     if (p.size() > 2 || (p[0] != "cuda" && p[0] != "cpu"))
-      throw std::invalid_argument("named policy '" + text +
-                                  "': autocast takes autocast:DEVICE[:DTYPE] with DEVICE "
+      throw std::invalid_argument("named policy " + shown(text) +
+                                  ": autocast takes autocast:DEVICE[:DTYPE] with DEVICE "
                                   "cuda or cpu and DTYPE f16 or bf16");
     const AutocastDevice dev = p[0] == "cuda" ? AutocastDevice::cuda : AutocastDevice::cpu;
     DType d = autocast_default_dtype(dev);
@@ -184,8 +183,8 @@ std::optional<NamedBase> named_base(const std::string& text) {
         d = DType::f32;  // refused just below, with the valid choices
       }
       if (d != DType::f16 && d != DType::bf16)
-        throw std::invalid_argument("named policy '" + text + "': autocast's DTYPE is f16 or bf16, not '" +
-                                    p[1] + "'");
+        throw std::invalid_argument("named policy " + shown(text) +
+                                    ": autocast's DTYPE is f16 or bf16, not " + shown(p[1]));
     }
     return NamedBase{"autocast:" + p[0] + ":" + std::string(dtype_name(d)),
                      true,

@@ -87,25 +87,6 @@ float static_scale_of(const std::string& canonical) { return std::strtof(canonic
 
 std::string lr_text(double lr) { return shortest_decimal(lr); }
 
-// Each layer pattern of the policy covers at least one path an op of `net`
-// (or the loss, at "loss") asks with; a pattern that selects nothing is a
-// typo that would silently change nothing.
-void check_patterns(const PolicySpec& spec, const Model& net) {
-  std::vector<std::string> paths = net.paths();
-  paths.emplace_back("loss");
-  std::vector<std::string> patterns = spec.keep_layers;
-  for (const LayerRule& r : spec.rules) patterns.push_back(r.pattern);
-  for (const std::string& p : patterns) {
-    const PathPattern pattern(p);
-    if (std::any_of(paths.begin(), paths.end(), [&](const std::string& q) { return pattern.covers(q); }))
-      continue;
-    std::string list;
-    for (const std::string& q : paths) list += (list.empty() ? "" : ", ") + q;
-    bad_config("policy " + spec.text() + ": the layer pattern '" + p +
-               "' selects no layer of this model; its paths: " + list);
-  }
-}
-
 }  // namespace
 
 std::string canonical_policy(const std::string& text) { return parse_policy_string(text).text(); }
@@ -221,7 +202,9 @@ struct TrainRun::Impl {
     // Chapter 6: every pattern must select something, and a preset without
     // master weights (apex O3, jmp params below f32) trains without them.
     const PolicySpec spec = parse_policy_string(config.policy);
-    check_patterns(spec, *net);
+    std::vector<std::string> paths = net->paths();
+    paths.emplace_back("loss");  // where the run's loss asks
+    check_patterns_select(spec, paths);
     if (!spec.needs().master_weights) net->set_master_weights(MasterWeights::none);
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
     if (parallel.comm != nullptr) {
