@@ -29,7 +29,7 @@ std::vector<Piece> split_at(std::string_view s, char sep) {
 }
 
 /// `s` as an error line may show it: in single quotes, at most 60
-/// characters, every byte outside printable ASCII written as \xHH, and the
+/// characters, every byte outside printable ASCII written as \\xHH, and the
 /// length said when it was cut.
 inline std::string shown(std::string_view s) {
   constexpr std::size_t kShown = 60;
