@@ -122,19 +122,81 @@ def flags_of(e, path):
     return tuple(flags)
 
 
+# What a unit defines at file scope, read from its text: the names that
+# could clash with another unit's in a group (a guess, made to avoid most
+# clashes before anything is compiled; the compile of each group is still
+# what decides, see settle_groups). Lines that start in column 0 (the
+# project's .clang-format indents nothing at namespace scope) and define
+# something: a function, a variable, a class, a macro, each with the
+# namespaces around it (a line "namespace X {" opens one, "}  // namespace"
+# closes it, as clang-format writes them). A type alias is recorded with its
+# whole text, because two units may repeat the same alias.
+NOT_A_DEFINITION = re.compile(r"(#|//|/\*|\*|\}|\{|namespace\b|using\s+namespace\b|using\s+[\w:]+\s*;|"
+                              r"template\b|public:|private:|protected:|extern\s+\"C\")")
+TAG_DEFINITION = re.compile(r"(?:(?:static|inline|constexpr|const)\s+)*(?:struct|class|union|enum(?:\s+class)?)\s+(\w+)")
+
+
+def defined_names(path, cache={}):
+    if path in cache:
+        return cache[path]
+    names, scope = set(), []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line or line[0].isspace():
+                continue
+            m = re.match(r"namespace\s*([\w:]*)\s*\{\s*(//.*)?$", line)
+            if m:  # every anonymous namespace of a unit (and of a group) is one
+                scope.append(m.group(1) or "(anonymous)")
+                continue
+            if re.match(r"\}\s*//\s*namespace\b", line) and scope:
+                scope.pop()
+                continue
+            prefix = "::".join(scope + [""])
+            m = re.match(r"#\s*define\s+(\w+)", line)
+            if m:
+                names.add(m.group(1))  # a macro has no scope
+                continue
+            if NOT_A_DEFINITION.match(line):
+                continue
+            m = TAG_DEFINITION.match(line)
+            if m:
+                names.add(prefix + m.group(1))
+                continue
+            if re.match(r"using\s+\w+\s*=", line):
+                names.add(prefix + line.strip())
+                continue
+            # the last (qualified) name before "(", "=", "{", ";" or "[":
+            # Linear::forward for a member defined out of its class
+            ids = re.findall(r"[A-Za-z_][\w:]*", re.split(r"[(={;\[]", line, maxsplit=1)[0])
+            name = ids[-1] if ids else ""
+            if name and name not in ("main", "operator") and not re.fullmatch(r"[A-Z0-9_]+", name):
+                names.add(prefix + name)
+    cache[path] = names
+    return names
+
+
 def initial_groups(units):
     """Units of one source folder compiled with the same flags in the same
-    build folder, in order, GROUP_SIZE at a time. (A folder, not just the
-    flags: the exercises keep alternative bodies of the same functions in
-    student/, solution/, trivial/, which must never meet.)"""
+    build folder, in order, up to GROUP_SIZE in a group, a unit joining the
+    first group that defines none of its file-scope names (defined_names).
+    (A folder, not just the flags: the exercises keep alternative bodies of
+    the same functions in student/, solution/, trivial/, which must never
+    meet.)"""
     by_key = {}
     for path, directory, flags in units:
         by_key.setdefault((directory, flags, os.path.dirname(path)), []).append(path)
     groups = []
     for (directory, flags, _), paths in sorted(by_key.items(), key=lambda kv: kv[1][0]):
-        paths.sort()
-        for i in range(0, len(paths), GROUP_SIZE):
-            groups.append({"directory": directory, "flags": list(flags), "files": paths[i:i + GROUP_SIZE]})
+        mine = []
+        for path in sorted(paths):
+            names = defined_names(path)
+            home = next((g for g in mine if len(g["files"]) < GROUP_SIZE and not (g["names"] & names)), None)
+            if home is None:
+                home = {"directory": directory, "flags": list(flags), "files": [], "names": set()}
+                mine.append(home)
+            home["files"].append(path)
+            home["names"] |= names
+        groups += [{k: v for k, v in g.items() if k != "names"} for g in mine]
     return groups
 
 
@@ -189,33 +251,38 @@ def clashing_units(group, output):
     return bad
 
 
-def syntax_check(group, group_file, config):
-    """Compile the group (clang-tidy with one cheap check: its parse is what costs)."""
-    r = subprocess.run(["clang-tidy", "--quiet", f"--config-file={config}", "--checks=-*,misc-unused-alias-decls",
-                        group_file, "--", *group["flags"], "-w"],
+def tidy(group, group_file, config):
+    target = group["files"][0] if len(group["files"]) == 1 else group_file
+    t = time.monotonic()
+    r = subprocess.run(["clang-tidy", "--quiet", f"--config-file={config}", target, "--", *group["flags"]],
                        cwd=group["directory"], capture_output=True, text=True)
-    return r.returncode, r.stdout
+    return r.returncode, r.stdout, time.monotonic() - t
 
 
 def settle_groups(groups, work, jobs, config):
-    """Split the groups until each compiles; returns (groups, units moved)."""
+    """Check every group with clang-tidy; a group whose units do not compile
+    together (a compile error in one of its units) is split and its parts
+    checked again, until every group compiles or is a lone unit (whose errors
+    are clang-tidy's to report). Returns ([(group, (rc, output, seconds))],
+    units moved apart)."""
     moved = 0
     pending = groups
-    settled = []
+    done = []
     rounds = 0
     while pending:
         rounds += 1
         if rounds > 50:
             sys.exit("lint: the lint groups did not settle in 50 rounds (a bug in tools/lint_tidy.py)")
+        pending.sort(key=lambda g: -len(g["files"]))  # the largest first: the last to finish are short
         files = [write_group(work, 1000 * rounds + i, g) for i, g in enumerate(pending)]
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            results = list(pool.map(lambda gf: syntax_check(gf[0], gf[1], config), zip(pending, files)))
+            results = list(pool.map(lambda gf: tidy(gf[0], gf[1], config), zip(pending, files)))
         retry = []
-        for group, (rc, output) in zip(pending, results):
-            if rc == 0 or len(group["files"]) == 1:
-                settled.append(group)  # a lone unit that fails is clang-tidy's to report
+        for group, result in zip(pending, results):
+            if len(group["files"]) == 1 or not any(ERROR.match(line) for line in result[1].splitlines()):
+                done.append((group, result))
                 continue
-            bad = clashing_units(group, output)
+            bad = clashing_units(group, result[1])
             if not bad:  # no unit to blame: split the group in two
                 bad = set(group["files"][len(group["files"]) // 2:])
             keep = [f for f in group["files"] if f not in bad]
@@ -225,18 +292,10 @@ def settle_groups(groups, work, jobs, config):
                 retry.append(dict(group, files=keep))
             retry.append(dict(group, files=out))
         pending = retry
-    return settled, moved
+    return done, moved
 
 
-# --- clang-tidy -------------------------------------------------------------
-
-def tidy(group, group_file, config):
-    target = group["files"][0] if len(group["files"]) == 1 else group_file
-    t = time.monotonic()
-    r = subprocess.run(["clang-tidy", "--quiet", f"--config-file={config}", target, "--", *group["flags"]],
-                       cwd=group["directory"], capture_output=True, text=True)
-    return r.returncode, r.stdout, time.monotonic() - t
-
+# --- clang-tidy's findings --------------------------------------------------
 
 FINDING = re.compile(r"^\S.*:\d+:\d+: (warning|error): ")
 
@@ -367,15 +426,11 @@ def check(build, root, jobs, config, quiet=False, part=None):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     t0 = time.monotonic()
-    groups, moved = settle_groups(initial_groups(units), work, jobs, config)
-    t_settle = time.monotonic() - t0
-    # The largest groups first, so that the last ones to finish are short.
-    groups.sort(key=lambda g: -len(g["files"]))
-    files = [write_group(work, i, g) for i, g in enumerate(groups)]
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda gf: tidy(gf[0], gf[1], config), zip(groups, files)))
+    checked, moved = settle_groups(initial_groups(units), work, jobs, config)
+    groups = [g for g, _ in checked]
+    results = [r for _, r in checked]
     findings, failed = [], 0
-    for group, (rc, out, _) in zip(groups, results):
+    for group, (rc, out, _) in checked:
         lines = [l for l in out.splitlines() if FINDING.match(l)]
         if rc != 0:
             failed += 1
@@ -384,9 +439,9 @@ def check(build, root, jobs, config, quiet=False, part=None):
         findings += unused_declarations(path)
     if not quiet:
         slowest = max(r[2] for r in results)
-        say(f"{len(units)} translation units in {len(groups)} groups ({moved} moved apart for clashing "
-            f"file-local names; grouping {t_settle:.0f} s, clang-tidy {time.monotonic() - t0 - t_settle:.0f} s "
-            f"on {jobs} jobs, the slowest group {slowest:.0f} s)")
+        say(f"{len(units)} translation units in {len(groups)} groups ({moved} moved apart after a compile "
+            f"found clashing file-local names; clang-tidy {time.monotonic() - t0:.0f} s on {jobs} jobs, "
+            f"the slowest group {slowest:.0f} s)")
         ranked = sorted(zip(results, groups), key=lambda rg: -rg[0][2])
         with open(os.path.join(work, "times.txt"), "w") as f:  # every group, slowest first
             for (rc, out, seconds), group in ranked:
@@ -439,6 +494,13 @@ int* null_literal() { return 0; }
 """,
     "src/f.cpp": """int main(int argc, char** argv) { return argc > 1 && argv != nullptr ? 1 : 0; }
 """,
+    # g.cpp and h.cpp clash in a way defined_names cannot see (a name made by
+    # a macro): only the compile of their group finds it.
+    "src/g.cpp": """#define MAKE_HELPER(name) int name() { return 1; }
+MAKE_HELPER(helper)
+""",
+    "src/h.cpp": """int helper() { return 2; }
+""",
     "src/d.cpp": """#include <string>
 #include <vector>
 namespace fs_alias = std;
@@ -480,23 +542,31 @@ def self_test(config):
         with open(os.path.join(build, "compile_commands.json"), "w") as f:
             json.dump(db, f)
         # The units (b.cpp read out of its unity file) share their flags and
-        # folder: one group, then a.cpp and c.cpp apart.
+        # folder: a.cpp and c.cpp (both define kLimit) start apart, g.cpp and
+        # h.cpp together, e.cpp and f.cpp together (main is renamed).
         units = units_of(build, root)
-        groups = initial_groups(units)
         problems = []
-        if len(groups) != 1 or len(groups[0]["files"]) != len(SELF_TEST_FILES):
-            problems.append(f"expected one initial group of {len(SELF_TEST_FILES)} units, "
-                            f"got {[g['files'] for g in groups]}")
+        if len(units) != len(SELF_TEST_FILES):
+            problems.append(f"expected {len(SELF_TEST_FILES)} units, got {[u[0] for u in units]}")
+        groups = initial_groups(units)
+
+        def together(gs, a, b):
+            return any({a, b} <= {os.path.relpath(f, root) for f in g["files"]} for g in gs)
+
+        if together(groups, "src/a.cpp", "src/c.cpp"):
+            problems.append(f"a.cpp and c.cpp both define kLimit but start in one group: {groups}")
+        if not together(groups, "src/g.cpp", "src/h.cpp"):
+            problems.append(f"g.cpp and h.cpp look clash-free but start apart: {groups}")
         work = os.path.join(build, "lint-groups")
         os.makedirs(work)
         settled, moved = settle_groups(groups, work, 2, config)
-        if moved < 1 or any({"src/a.cpp", "src/c.cpp"} <= {os.path.relpath(f, root) for f in g["files"]}
-                            for g in settled):
-            problems.append(f"a.cpp and c.cpp clash but were not put apart: {[g['files'] for g in settled]}")
+        settled = [g for g, _ in settled]
+        if moved < 1 or together(settled, "src/g.cpp", "src/h.cpp"):
+            problems.append(f"g.cpp and h.cpp do not compile together but were not put apart: {settled}")
         if not any(len(g["files"]) > 1 for g in settled):
             problems.append("no group of more than one unit was left: the grouping proves nothing")
-        if not any({"src/e.cpp", "src/f.cpp"} <= {os.path.relpath(f, root) for f in g["files"]} for g in settled):
-            problems.append(f"e.cpp and f.cpp (two main()s) were put apart: {[g['files'] for g in settled]}")
+        if not together(settled, "src/e.cpp", "src/f.cpp"):
+            problems.append(f"e.cpp and f.cpp (two main()s) were put apart: {settled}")
         # Run the check and read what it reported.
         import contextlib
         import io
