@@ -1,7 +1,9 @@
 // Chapter 06 — `mpt policy show`: what a policy does with every op the
-// library knows, for inputs of one dtype.
+// library knows, for inputs of one dtype; `mpt policy search`: a policy
+// found by measurement, compared with the presets.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann-json,
-// and the mpt library's policy string, autocast lists and presets.
+// and the mpt library's policy string, autocast lists, presets, cost model
+// and (search) the train tier's policy_search.hpp.
 //
 // For each op of the table: the autocast list it is on (for an autocast
 // base), and the dtypes it reads, computes and stores when its floating
@@ -19,9 +21,12 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/core/autocast.hpp"
+#include "mpt/core/cost_model.hpp"
 #include "mpt/core/ops.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/presets.hpp"
+#include "mpt/core/text.hpp"
+#include "mpt/train/policy_search.hpp"
 
 namespace {
 
@@ -135,6 +140,139 @@ int cmd_policy_show(const PolicyShowArgs& a) {
   return 0;
 }
 
+// --- mpt policy search ----------------------------------------------------
+
+struct PolicySearchArgs {
+  std::string model, budget, steps = "30", seeds = "2", dtype = "f16", scaler = "dynamic", gpu = "h100-sxm";
+  bool compare = false, json = false;
+};
+
+long long whole(const std::string& name, const std::string& text, long long lo, long long hi) {
+  long long v = 0;
+  if (!mpt::cli::parse_integer(text, lo, hi, v))
+    throw UsageError(name + ": " + mpt::shown(text) + " is not a whole number from " + std::to_string(lo) +
+                     " to " + std::to_string(hi));
+  return v;
+}
+
+// The policies a search is compared with: apex's O1-O3, Keras's
+// mixed_float16, and the rule of thumb of the mission's source text for the
+// model's task (vision: BatchNorm in FP32, by the layers' names; language:
+// the Transformer's FFN in FP32).
+std::vector<std::string> comparison_policies(const std::string& model) {
+  std::vector<std::string> p = {"O1", "O2", "O3", "mixed_float16"};
+  if (model == "cnn") p.emplace_back("f16+bn*=f32");
+  if (model == "transformer") p.emplace_back("f16+block*.mlp=f32");
+  return p;
+}
+
+nlohmann::ordered_json evaluation_json(const mpt::train::Evaluation& e) {
+  return {{"policy", e.policy},
+          {"final_losses", e.final_losses},
+          {"mean_loss", e.mean_loss},
+          {"spread", e.spread},
+          {"skipped", e.skipped},
+          {"finite", e.finite},
+          {"grad_error", e.grad_error},
+          {"activation_bytes", e.activation_bytes},
+          {"weight_bytes", e.weight_bytes},
+          {"seconds", e.seconds}};
+}
+
+std::string microseconds(double s) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << s * 1e6 << " us";
+  return o.str();
+}
+
+int cmd_policy_search(const PolicySearchArgs& a) {
+  namespace tr = mpt::train;
+  tr::SearchOptions o;
+  if (a.model.empty()) throw UsageError("missing --model; give mlp, cnn or transformer");
+  if (a.budget.empty())
+    throw UsageError(
+        "missing --budget; give the relative increase of the final loss allowed, e.g. --budget 0.02");
+  o.model = a.model;
+  if (!mpt::cli::parse_number(a.budget, o.budget))
+    throw UsageError("--budget: " + mpt::cli::not_a_number(a.budget));
+  o.steps = whole("--steps", a.steps, 1, 100000);
+  o.seeds = static_cast<int>(whole("--seeds", a.seeds, 1, 64));
+  if (a.dtype != "f16" && a.dtype != "bf16")
+    throw UsageError("--dtype: " + mpt::shown(a.dtype) +
+                     " is not one the search lowers to; valid: f16, bf16");
+  o.low = mpt::dtype_named(a.dtype);
+  o.scaler = a.scaler;
+  o.gpu = a.gpu;
+  mpt::cli::invalid_argument_is_usage_error([&] { tr::check_search_options(o); });
+  const tr::SearchResult r = tr::search_policy(o);
+  std::vector<tr::Evaluation> compared;
+  if (a.compare) {
+    const std::vector<float> g32 = tr::reference_gradients(o);
+    for (const std::string& p : comparison_policies(o.model))
+      compared.push_back(tr::evaluate_policy(o, p, g32));
+  }
+  if (a.json) {
+    using Json = nlohmann::ordered_json;
+    Json layers = Json::array();
+    for (const tr::LayerResult& l : r.layers)
+      layers.push_back({{"path", l.path},
+                        {"ops", l.ops},
+                        {"loss_change", l.loss_change},
+                        {"grad_error", l.grad_error},
+                        {"loss_when_tried", l.loss_when_tried},
+                        {"lowered", l.lowered}});
+    Json cmp = Json::array();
+    for (const tr::Evaluation& e : compared) cmp.push_back(evaluation_json(e));
+    Json j = {{"model", o.model},
+              {"dtype", mpt::dtype_name(o.low)},
+              {"scaler", o.scaler},
+              {"budget", o.budget},
+              {"steps", o.steps},
+              {"seeds", o.seeds},
+              {"gpu", o.gpu},
+              {"loss_limit", r.loss_limit},
+              {"fp32", evaluation_json(r.fp32)},
+              {"layers", layers},
+              {"policy", r.policy},
+              {"found", evaluation_json(r.found)},
+              {"evaluations", r.evaluations},
+              {"compare", cmp}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  const auto out = mpt::cli::outcome_text;
+  std::cout << "policy search on the " << o.model << ": layers lowered to " << mpt::dtype_name(o.low)
+            << " one at a time, " << o.steps << " steps x " << o.seeds << " seeds per candidate, scaler "
+            << o.scaler << "\n"
+            << "FP32 final loss " << out(r.fp32.mean_loss) << " (spread " << out(r.fp32.spread)
+            << " over the seeds); budget " << out(o.budget) << " of it: a candidate may reach "
+            << out(r.loss_limit) << "\n\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"layer", "ops", "loss change alone", "gradient error alone", "loss with it (greedy)", "verdict"}};
+  for (const tr::LayerResult& l : r.layers)
+    rows.push_back({l.path, l.ops, out(l.loss_change), out(l.grad_error), out(l.loss_when_tried),
+                    l.lowered ? std::string(mpt::dtype_name(o.low)) : "f32"});
+  std::cout << mpt::cli::table(rows, "llrrrl") << "\n";
+  std::cout << "found: " << r.policy << "\n  (" << r.evaluations << " candidates of " << o.seeds
+            << (o.seeds == 1 ? " run" : " runs") << " each; reuse it with mpt train --policy '" << r.policy
+            << "')\n";
+  std::vector<const tr::Evaluation*> shown = {&r.fp32, &r.found};
+  for (const tr::Evaluation& e : compared) shown.push_back(&e);
+  const mpt::GpuSpec& gpu = mpt::gpu_spec(o.gpu);
+  std::vector<std::vector<std::string>> cmp = {{"policy", "final loss", "spread", "skipped",
+                                                "activation bytes", "weight bytes",
+                                                "step on " + std::string(gpu.name), "in budget"}};
+  for (const tr::Evaluation* e : shown)
+    cmp.push_back({e->policy, out(e->mean_loss), out(e->spread), std::to_string(e->skipped),
+                   out(e->activation_bytes), out(e->weight_bytes), microseconds(e->seconds),
+                   e->finite && e->mean_loss <= r.loss_limit ? "yes" : "no"});
+  std::cout << "\n"
+            << mpt::cli::table(cmp, "lrrrrrrl")
+            << "(step time: the cost model's roofline estimate from a traced step, " << gpu.what << ", "
+            << gpu.source << ")\n";
+  return 0;
+}
+
 void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   auto* policy =
       app.add_subcommand("policy", "Chapter 6's precision policies: presets, autocast lists, rules")
@@ -159,6 +297,43 @@ void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "for jmp], \"needs\": {\"master_weights\", \"scaler\"}, \"origin\", \"ops\": [{\"op\", \"list\", "
       "\"input\", \"compute\", \"output\", \"reads\" (or \"refused\"), \"runs\"}]}");
   handlers.on(show, [a] { return cmd_policy_show(*a); });
+
+  auto b = std::make_shared<PolicySearchArgs>();
+  auto* search = policy->add_subcommand(
+      "search",
+      "Find a policy by measurement: the sensitivity of the loss and the first step's gradient to lowering "
+      "each layer alone, then greedily the lowest-precision assignment whose final loss (the mean of the "
+      "last 5 steps' losses, over the seeds) stays within --budget of FP32's; prints the policy string it "
+      "found, the table, and (--compare) apex's O1-O3, Keras's mixed_float16 and the task's rule of thumb "
+      "measured the same way, with bytes and the cost model's step time.");
+  search->add_option("--model", b->model, "the model: mlp, cnn or transformer (with its chapter's data)")
+      ->type_name("M");
+  search->add_option("--budget", b->budget, "the relative increase of FP32's final loss allowed, e.g. 0.02")
+      ->type_name("X");
+  search->add_option("--steps", b->steps, "steps of every run")->capture_default_str()->type_name("N");
+  search->add_option("--seeds", b->seeds, "runs per candidate (seeds from the chapter's)")
+      ->capture_default_str()
+      ->type_name("K");
+  search->add_option("--dtype", b->dtype, "the dtype layers are lowered to: f16 or bf16")
+      ->capture_default_str()
+      ->type_name("DTYPE");
+  search
+      ->add_option("--scaler", b->scaler, "every run's scaler: dynamic, static:S, none (a preset's own wins)")
+      ->capture_default_str()
+      ->type_name("S");
+  search->add_option("--gpu", b->gpu, "the cost model's GPU: h100-sxm, h200-sxm")
+      ->capture_default_str()
+      ->type_name("GPU");
+  search->add_flag("--compare", b->compare,
+                   "also measure O1, O2, O3, mixed_float16 and the task's rule of thumb");
+  search->add_flag("--json", b->json,
+                   "the same as JSON: {\"model\", \"dtype\", \"budget\", \"steps\", \"seeds\", \"gpu\", "
+                   "\"loss_limit\", \"fp32\", \"layers\": [{\"path\", \"ops\", \"loss_change\", "
+                   "\"grad_error\", \"loss_when_tried\", \"lowered\"}], \"policy\", \"found\", "
+                   "\"evaluations\", \"compare\"}; an evaluation is {\"policy\", \"final_losses\", "
+                   "\"mean_loss\", \"spread\", \"skipped\", \"finite\", \"grad_error\", "
+                   "\"activation_bytes\", \"weight_bytes\", \"seconds\"}");
+  handlers.on(search, [b] { return cmd_policy_search(*b); });
 }
 
 }  // namespace

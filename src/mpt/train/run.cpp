@@ -18,9 +18,11 @@
 #include <utility>
 
 #include "mpt/amp/grad_scaler.hpp"
+#include "mpt/core/context.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
+#include "mpt/core/trace.hpp"
 #include "mpt/dist/communicator.hpp"
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sharded.hpp"
@@ -522,6 +524,29 @@ TrainRun& TrainRun::operator=(TrainRun&&) noexcept = default;
 const RunConfig& TrainRun::config() const { return impl_->config; }
 std::int64_t TrainRun::steps_done() const { return static_cast<std::int64_t>(impl_->history.size()); }
 StepRecord TrainRun::step() { return impl_->step(); }
+
+StepRecord TrainRun::step(Trace& trace) {
+  Context& ctx = impl_->net->context();
+  Trace* before = ctx.trace();
+  ctx.set_trace(&trace);
+  try {
+    StepRecord r = impl_->step();
+    ctx.set_trace(before);
+    return r;
+  } catch (...) {
+    ctx.set_trace(before);
+    throw;
+  }
+}
+
+std::vector<float> TrainRun::gradients() const {
+  std::vector<float> g;
+  for (const Parameter* p : impl_->net->parameters()) {
+    const float* v = p->grad.f32_data();
+    g.insert(g.end(), v, v + p->grad.numel());
+  }
+  return g;
+}
 const std::vector<StepRecord>& TrainRun::history() const { return impl_->history; }
 Checkpoint TrainRun::checkpoint() const { return impl_->snapshot(); }
 void TrainRun::restore(const Checkpoint& c) { impl_->restore(c); }

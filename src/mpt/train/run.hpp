@@ -37,6 +37,9 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/train/checkpoint.hpp"
 
+namespace mpt {
+class Trace;
+}
 namespace mpt::dist {
 class Communicator;
 }
@@ -103,6 +106,14 @@ class TrainRun {
   std::int64_t steps_done() const;
   /// Take one step and return (and keep) its record.
   StepRecord step();
+  /// The same step with `trace` attached to the model's context: every op
+  /// and cast of its forward, loss and backward is recorded there (Chapter 6's
+  /// cost model reads it).
+  StepRecord step(Trace& trace);
+  /// Every parameter's FP32 gradient of the last step, unscaled (the
+  /// scaler's step unscales in place; in a data-parallel run the average
+  /// over the ranks), concatenated in parameter order. Zeros before any step.
+  std::vector<float> gradients() const;
   /// Every step's record, in order.
   const std::vector<StepRecord>& history() const;
   /// Everything a run needs to continue from here, bit for bit. In a
