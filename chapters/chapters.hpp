@@ -39,4 +39,9 @@ void register_chapter04_pitfalls(Registry& registry);
 /// ranks that disagree on skipping.
 void register_chapter05_pitfalls(Registry& registry);
 
+/// Chapter 6 (06-precision-policies/pitfalls/register.cpp): a policy by name
+/// substring, binary_cross_entropy on fp16 probabilities, a sum in a region
+/// where autocast is off, the CPU autocast list taken for the CUDA one.
+void register_chapter06_pitfalls(Registry& registry);
+
 }  // namespace mpt
