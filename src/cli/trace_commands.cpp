@@ -238,7 +238,15 @@ int cmd_trace(const TraceArgs& a) {
                       : static_cast<float>(rng.normal());
   std::vector<int> labels(static_cast<std::size_t>(s.batch * (s.transformer ? kTraceTokens : 1)));
   for (int& y : labels) y = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.config.sizes.back())));
-  const mpt::Trace trace = mpt::trace_step(net, x, labels, a.forward_only);
+  // A policy that refuses an op (a banned op, a product of mixed dtypes where
+  // autocast is off) refuses it here: bad input, one line, exit 2.
+  const mpt::Trace trace = mpt::cli::invalid_argument_is_usage_error([&] {
+    try {
+      return mpt::trace_step(net, x, labels, a.forward_only);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("the policy refuses an op of the step: ") + e.what());
+    }
+  });
   const std::string policy = net.context().policy().describe();
   const std::string title =
       (s.cnn           ? std::string("digits CNN 1x8x8 -> conv-bn-relu-pool x2 -> fc 10")

@@ -361,6 +361,19 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
       throw UsageError(mpt::cli::one_line(e.what()));
     }
   }();
+  // Chapter 6: a policy can refuse an op only when the op runs (a banned op,
+  // a matrix product of mixed dtypes where autocast is off). One step of a
+  // throwaway run of this configuration, in this process alone, finds it
+  // before anything is written: a usage error (exit 2), not a failure at step 1.
+  try {
+    tr::RunConfig probe = p.config;
+    probe.every = 0;
+    tr::TrainRun first(probe);
+    (void)first.step();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--policy " + p.config.policy +
+                     ": the first step is refused: " + mpt::cli::one_line(e.what()));
+  }
   if (!p.resume_path.empty()) {
     try {
       run.restore(p.resume);
