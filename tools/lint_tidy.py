@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-GROUP_SIZE = 12
+GROUP_SIZE = 24
 INCLUDE_LINE = '#include "{}"  // NOLINT(bugprone-suspicious-include): a lint group\n'
 
 
@@ -175,18 +175,35 @@ def defined_names(path, cache={}):
     return names
 
 
+def relative_paths(flags):
+    """True when an include flag names a relative path (it depends on the
+    folder clang-tidy runs in)."""
+    for i, a in enumerate(flags):
+        if a in ("-I", "-isystem", "-iquote", "-include"):
+            if i + 1 < len(flags) and not flags[i + 1].startswith("/"):
+                return True
+        elif a.startswith("-I") and not a[2:].startswith("/"):
+            return True
+    return False
+
+
 def initial_groups(units):
-    """Units of one source folder compiled with the same flags in the same
-    build folder, in order, up to GROUP_SIZE in a group, a unit joining the
-    first group that defines none of its file-scope names (defined_names).
-    (A folder, not just the flags: the exercises keep alternative bodies of
-    the same functions in student/, solution/, trivial/, which must never
-    meet.)"""
+    """Units compiled with the same flags (in the same build folder, when a
+    flag names a relative path), in order,
+    up to GROUP_SIZE in a group, a unit joining the first group that defines
+    none of its file-scope names (defined_names). An exercise's units group
+    only with units of their own folder: the exercises keep alternative
+    bodies of the same functions in student/, solution/, trivial/, which
+    must never meet."""
     by_key = {}
     for path, directory, flags in units:
-        by_key.setdefault((directory, flags, os.path.dirname(path)), []).append(path)
+        folder = os.path.dirname(path) if "/exercises/" in path else ""
+        # the build folder matters only to flags with relative paths
+        where = directory if relative_paths(flags) else ""
+        by_key.setdefault((where, flags, folder), []).append(path)
     groups = []
-    for (directory, flags, _), paths in sorted(by_key.items(), key=lambda kv: kv[1][0]):
+    for (_, flags, _), paths in sorted(by_key.items(), key=lambda kv: kv[1][0]):
+        directory = next(d for p, d, _ in units if p == paths[0])
         mine = []
         for path in sorted(paths):
             names = defined_names(path)

@@ -23,6 +23,7 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "mpt/core/cost_model.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
@@ -56,6 +57,7 @@ struct TraceArgs {
   std::string keep_f32;
   std::string keep_f32_ops;
   std::string policy;  // Chapter 6: the policy string of mpt train, instead of the three options above
+  std::string gpu;     // Chapter 6: also the cost model's estimate on this GPU
   bool sizes_given = false, activation_given = false, dtype_given = false;
   std::string activation = "relu";
   std::string seed = "1";
@@ -225,6 +227,14 @@ std::string sizes_text(const std::vector<int>& sizes) {
 
 int cmd_trace(const TraceArgs& a) {
   const Setup s = setup_of(a);  // every option checked before anything runs
+  const mpt::GpuSpec* gpu =
+      a.gpu.empty() ? nullptr : &mpt::cli::invalid_argument_is_usage_error([&]() -> const mpt::GpuSpec& {
+        try {
+          return mpt::gpu_spec(a.gpu);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(std::string("--gpu: ") + e.what());
+        }
+      });
   const std::unique_ptr<mpt::Model> model = make_model(s);
   mpt::Model& net = *model;
   // A seeded batch: standard-normal inputs, labels uniform over the outputs
@@ -277,6 +287,26 @@ int cmd_trace(const TraceArgs& a) {
                                   {"trace", j},
                                   {"parameters", params},
                                   {"activation_bytes", net.activation_bytes()}};
+    if (gpu != nullptr) {
+      const mpt::StepCost c = mpt::estimate_cost(trace, *gpu);
+      nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+      for (const mpt::OpCost& o : c.ops)
+        ops.push_back({{"phase", mpt::phase_name(o.phase)},
+                       {"path", o.path},
+                       {"op", o.op},
+                       {"bytes", o.bytes},
+                       {"flops", o.flops},
+                       {"unit", mpt::unit_name(o.unit)},
+                       {"seconds", o.seconds},
+                       {"memory_bound", o.memory_bound}});
+      out["cost"] = {{"gpu", c.gpu},
+                     {"bytes", c.bytes},
+                     {"flops", c.flops},
+                     {"tensor_flops", c.tensor_flops},
+                     {"seconds", c.seconds},
+                     {"forward_seconds", c.forward_seconds},
+                     {"ops", ops}};
+    }
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -291,6 +321,22 @@ int cmd_trace(const TraceArgs& a) {
                     "f32 " + std::to_string(p->grad.bytes())});
   std::cout << "\n" << mpt::cli::table(rows, "lllrrr");
   std::cout << "\nactivations kept for backward: " << net.activation_bytes() << " bytes\n";
+  if (gpu != nullptr) {
+    const mpt::StepCost c = mpt::estimate_cost(trace, *gpu);
+    std::vector<std::vector<std::string>> cost = {
+        {"phase", "path", "op", "bytes", "FLOPs", "unit", "ns", "bound"}};
+    for (const mpt::OpCost& o : c.ops)
+      cost.push_back({mpt::phase_name(o.phase), o.path, o.op, mpt::cli::outcome_text(o.bytes),
+                      mpt::cli::outcome_text(o.flops), std::string(mpt::unit_name(o.unit)),
+                      mpt::cli::outcome_text(o.seconds * 1e9), o.memory_bound ? "memory" : "arithmetic"});
+    std::cout << "\ncost model on " << gpu->what << " (roofline per op, no launch cost; " << gpu->source
+              << "):\n"
+              << mpt::cli::table(cost, "lllrrlrl") << "step: " << mpt::cli::outcome_text(c.bytes)
+              << " bytes, " << mpt::cli::outcome_text(c.flops) << " FLOPs ("
+              << mpt::cli::outcome_text(c.tensor_flops) << " on tensor cores), "
+              << mpt::cli::outcome_text(c.seconds * 1e6) << " us (forward "
+              << mpt::cli::outcome_text(c.forward_seconds * 1e6) << " us)\n";
+  }
   if (!a.dot.empty()) std::cout << "graph written to " << a.dot << " (render: dot -Tsvg " << a.dot << ")\n";
   return 0;
 }
@@ -338,10 +384,16 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->capture_default_str()
       ->type_name("N");
   trace->add_flag("--forward-only", a->forward_only, "trace the forward pass and the loss only");
+  trace
+      ->add_option("--gpu", a->gpu,
+                   "also the cost model per op: bytes, FLOPs, the unit, a roofline time on this GPU "
+                   "(h100-sxm, h200-sxm)")
+      ->type_name("GPU");
   trace->add_flag("--json", a->json,
                   "the same as JSON: {\"model\", \"policy\", \"trace\": {\"entries\": [{\"phase\", \"path\", "
                   "\"op\", \"inputs\", \"compute\", \"outputs\", \"bytes_written\"}], \"casts\", "
-                  "\"cast_bytes\"}, \"parameters\", \"activation_bytes\"}");
+                  "\"cast_bytes\"}, \"parameters\", \"activation_bytes\", with --gpu \"cost\": {\"gpu\", "
+                  "\"bytes\", \"flops\", \"tensor_flops\", \"seconds\", \"forward_seconds\", \"ops\"}}");
   trace
       ->add_option("--dot", a->dot,
                    "also write the trace as a Graphviz graph to this file (written atomically)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Chapter 06 — `mpt policy show` and the presets in `mpt train`, checked as a
-# user sees them.
+# Chapter 06 — `mpt policy show`, `mpt policy search`, the presets in
+# `mpt train` and `mpt trace --gpu`, checked as a user sees them.
 # Depends on: cli_lib.sh (the shared harness), bash, grep; python3 for the
 # JSON checks (those cases exit 77, Skipped, without it).
 #
@@ -93,9 +93,9 @@ train_applies_the_preset)
   # attention, whose input arrives in f32 (layer_norm passes it through on
   # the CPU), runs in f32 there without complaint.
   run train --model transformer --policy "autocast:cpu:bf16+block0.mlp.fc2=autocast-off" --scaler none --steps 1
-  # (The refusal comes when the op first runs, at step 1: exit 1, not 2.)
-  expect_rc 1
-  expect_err "linear at block0.mlp.fc2: its inputs arrive as bf16 and f32"
+  # The refusal comes when the op first runs; mpt train runs one step of a
+  # throwaway run first, so it is bad input: exit 2, before anything is written.
+  expect_usage_error "the first step is refused: linear at block0.mlp.fc2: its inputs arrive as bf16 and f32"
   run train --model transformer --policy "autocast:cpu:bf16+block0.attn=autocast-off" --scaler none --steps 1
   expect_rc 0
   ;;
@@ -123,10 +123,57 @@ PY
   expect_usage_error "the layer pattern 'bn' selects no layer" "its paths: unflatten, conv1"
   ;;
 
+trace_cost_on_a_gpu)
+  # --gpu adds the cost model: the ops' times add up to the step's, f16
+  # puts the products on the tensor cores and is estimated faster than f32.
+  need_python
+  run trace --model transformer --batch 2 --dtype f32 --gpu h100-sxm --json
+  expect_rc 0
+  cp "$OUT" "$WORK/f32.json"
+  run trace --model transformer --batch 2 --dtype f16 --gpu h100-sxm --json
+  expect_rc 0
+  python3 - "$WORK/f32.json" "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+full, half = (json.load(open(p))["cost"] for p in sys.argv[1:3])
+for c in (full, half):
+    assert c["gpu"] == "h100-sxm"
+    assert abs(sum(o["seconds"] for o in c["ops"]) - c["seconds"]) <= 1e-9 * c["seconds"]
+assert full["tensor_flops"] == 0 and half["tensor_flops"] > 0
+assert abs(full["flops"] - half["flops"]) <= 1e-9 * full["flops"]  # the same work
+assert half["bytes"] < full["bytes"] and half["seconds"] < full["seconds"]
+PY
+  run trace --model cnn --gpu h200-sxm
+  expect_rc 0
+  expect_out "cost model on NVIDIA H200"
+  ;;
+
+search_finds_a_reusable_policy)
+  # The policy a search prints trains as it is; every verdict is the budget's.
+  need_python
+  run policy search --model mlp --budget 0 --steps 8 --seeds 2 --json
+  expect_rc 0
+  python3 - "$OUT" > "$WORK/policy" <<'PY' || fail "JSON check failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["found"]["mean_loss"] <= j["loss_limit"]
+for l in j["layers"]:
+    assert l["lowered"] == (l["loss_when_tried"] <= j["loss_limit"]), l
+assert j["evaluations"] == 1 + 2 * len(j["layers"])
+print(j["policy"])
+PY
+  run train --model mlp --policy "$(cat "$WORK/policy")" --scaler dynamic --steps 2
+  expect_rc 0
+  run policy search --model mlp --budget 0.5 --steps 4 --seeds 1
+  expect_rc 0
+  expect_out "found: "
+  expect_out "reuse it with mpt train --policy"
+  ;;
+
 help_lists_policy)
   run policy --help
   expect_rc 0
   expect_out "show"
+  expect_out "search"
   run policy show --help
   expect_rc 0
   expect_out "--inputs"
