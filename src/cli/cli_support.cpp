@@ -13,6 +13,7 @@
 
 #include "mpt/core/atomic_file.hpp"
 #include "mpt/core/pitfall.hpp"
+#include "mpt/core/text.hpp"
 #include "mpt/formats/format.hpp"
 
 namespace mpt::cli {
@@ -53,6 +54,14 @@ bool parse_integer(const std::string& token, long long lo, long long hi, long lo
   if (errno == ERANGE || end != token.c_str() + token.size() || v < lo || v > hi) return false;
   out = v;
   return true;
+}
+
+long long whole_option(const std::string& name, const std::string& text, long long lo, long long hi) {
+  long long v = 0;
+  if (!parse_integer(text, lo, hi, v))
+    throw UsageError(name + ": " + shown(text) + " is not a whole number from " + std::to_string(lo) +
+                     " to " + std::to_string(hi));
+  return v;
 }
 
 std::string joined(const std::vector<std::string>& items) {

@@ -62,6 +62,11 @@ std::string not_a_number(const std::string& token, const std::string& which = ""
 /// A whole number in [lo, hi], all of the token.
 bool parse_integer(const std::string& token, long long lo, long long hi, long long& out);
 
+/// The value of option `name` (e.g. "--steps"): a whole number in [lo, hi],
+/// or a UsageError "--steps: '0' is not a whole number from 1 to 100000"
+/// (the token quoted by mpt::shown).
+long long whole_option(const std::string& name, const std::string& text, long long lo, long long hi);
+
 // ---------------------------------------------------------------------------
 // Text out.
 

@@ -147,14 +147,6 @@ struct PolicySearchArgs {
   bool compare = false, json = false;
 };
 
-long long whole(const std::string& name, const std::string& text, long long lo, long long hi) {
-  long long v = 0;
-  if (!mpt::cli::parse_integer(text, lo, hi, v))
-    throw UsageError(name + ": " + mpt::shown(text) + " is not a whole number from " + std::to_string(lo) +
-                     " to " + std::to_string(hi));
-  return v;
-}
-
 // The policies a search is compared with: apex's O1-O3, Keras's
 // mixed_float16, and the rule of thumb of the mission's source text for the
 // model's task (vision: BatchNorm in FP32, by the layers' names; language:
@@ -195,8 +187,8 @@ int cmd_policy_search(const PolicySearchArgs& a) {
   o.model = a.model;
   if (!mpt::cli::parse_number(a.budget, o.budget))
     throw UsageError("--budget: " + mpt::cli::not_a_number(a.budget));
-  o.steps = whole("--steps", a.steps, 1, 100000);
-  o.seeds = static_cast<int>(whole("--seeds", a.seeds, 1, 64));
+  o.steps = mpt::cli::whole_option("--steps", a.steps, 1, 100000);
+  o.seeds = static_cast<int>(mpt::cli::whole_option("--seeds", a.seeds, 1, 64));
   if (a.dtype != "f16" && a.dtype != "bf16")
     throw UsageError("--dtype: " + mpt::shown(a.dtype) +
                      " is not one the search lowers to; valid: f16, bf16");

@@ -98,14 +98,6 @@ bool gnuplot_on_path() {
   return false;
 }
 
-long long whole_option(const std::string& name, const std::string& text, long long lo, long long hi) {
-  long long v = 0;
-  if (!mpt::cli::parse_integer(text, lo, hi, v))
-    throw UsageError(name + ": '" + text + "' is not a whole number from " + std::to_string(lo) + " to " +
-                     std::to_string(hi));
-  return v;
-}
-
 Plan plan_of(const TrainArgs& a) {
   Plan p;
   tr::RunConfig& c = p.config;
@@ -119,7 +111,7 @@ Plan plan_of(const TrainArgs& a) {
   c.policy = a.policy;
   c.scaler = a.scaler;
   c.optimizer = a.optimizer;
-  c.steps = whole_option("--steps", a.steps, 1, kMaxSteps);
+  c.steps = mpt::cli::whole_option("--steps", a.steps, 1, kMaxSteps);
   if (!a.lr.empty()) {
     double lr = 0;
     if (!mpt::cli::parse_number(a.lr, lr)) throw UsageError("--lr: " + mpt::cli::not_a_number(a.lr));
@@ -137,7 +129,7 @@ Plan plan_of(const TrainArgs& a) {
   if (!a.every.empty()) {
     if (a.checkpoint.empty())
       throw UsageError("--every needs --checkpoint DIR: where to write the checkpoints");
-    c.every = whole_option("--every", a.every, 1, kMaxSteps);
+    c.every = mpt::cli::whole_option("--every", a.every, 1, kMaxSteps);
   }
   if (a.resume && !a.resume_from.empty())
     throw UsageError(

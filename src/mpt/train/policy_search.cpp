@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "mpt/core/cost_model.hpp"
+#include "mpt/core/path_pattern.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/train/run.hpp"
@@ -64,11 +65,6 @@ int path_depth(const std::string& path) {
   return static_cast<int>(std::count(path.begin(), path.end(), '.'));
 }
 
-bool rule_covers(const std::string& rule, const std::string& path) {
-  return path == rule ||
-         (path.size() > rule.size() && path.compare(0, rule.size(), rule) == 0 && path[rule.size()] == '.');
-}
-
 // The rules that give each layer its dtype on top of `base`, outermost first.
 std::vector<std::pair<std::string, DType>> search_rules_for(const std::vector<std::string>& layers,
                                                             const std::set<std::string>& lowered, DType low,
@@ -80,7 +76,7 @@ std::vector<std::pair<std::string, DType>> search_rules_for(const std::vector<st
   for (const std::string& p : order) {
     DType now = base;
     for (const auto& [rule, d] : rules)
-      if (rule_covers(rule, p)) now = d;  // the last covering rule wins
+      if (PathPattern(rule).covers(p)) now = d;  // the last covering rule wins, as in PathRulePolicy
     const DType want = lowered.count(p) != 0 ? low : DType::f32;
     if (now != want) rules.emplace_back(p, want);
   }
