@@ -55,6 +55,14 @@ TEST_CASE("apex's opt levels, as frontend.py sets them") {
   CHECK(params_of("O2", "linear") == f16);
   CHECK(params_of("O2", "batch_norm") == f32);
   CHECK(params_of("O2", "layer_norm") == f16);  // apex keeps batch norms only
+  // BN_convert_float converts the parameters, not the op's data: cuDNN's
+  // batch norm reads the fp16 activation, computes in f32 and returns fp16.
+  const OpPrecision bn = decision("O2", "batch_norm", {f16, f32});
+  CHECK(bn.input == f16);
+  CHECK(bn.compute == f32);
+  CHECK(bn.output == f16);
+  CHECK(decision("O2", "batch_norm", {f32, f32}).output == f32);
+  CHECK(decision("O2", "linear", {f16, f16}).output == f16);
   CHECK(parse_policy_string("O2").needs().master_weights);
   CHECK(parse_policy_string("O2").needs().scaler == "dynamic");
   // O1: patched functions (autocast's lists), f32 weights, dynamic scaling.

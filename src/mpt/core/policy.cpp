@@ -71,6 +71,36 @@ DType KeepF32Policy::parameter_dtype_of(const OpInfo& op, std::string_view path)
   return keeps(op.name, path) ? DType::f32 : base_->parameter_dtype(op.name, path);
 }
 
+// --- FloatParamsPolicy (Chapter 6: apex O2's batch norms) ---------------------------------
+
+FloatParamsPolicy::FloatParamsPolicy(std::shared_ptr<const Policy> base, std::vector<std::string> ops)
+    : base_(std::move(base)), ops_(std::move(ops)) {
+  if (!base_) throw std::invalid_argument("FloatParamsPolicy: no base policy");
+  for (const std::string& o : ops_) (void)op_info(o);  // throws, naming the known ops
+}
+
+bool FloatParamsPolicy::names(std::string_view op) const {
+  for (const std::string& o : ops_)
+    if (o == op) return true;
+  return false;
+}
+
+std::string FloatParamsPolicy::describe() const {
+  std::string s = base_->describe();
+  for (const std::string& o : ops_) s += "; " + o + " with f32 parameters and compute, in its input's dtype";
+  return s;
+}
+
+OpPrecision FloatParamsPolicy::decide_op(const OpInfo& op, const OpQuery& q) const {
+  if (!names(op.name)) return base_->decide(q);
+  const DType arriving = q.inputs.empty() ? DType::f32 : q.inputs.front();
+  return {arriving, DType::f32, arriving};
+}
+
+DType FloatParamsPolicy::parameter_dtype_of(const OpInfo& op, std::string_view path) const {
+  return names(op.name) ? DType::f32 : base_->parameter_dtype(op.name, path);
+}
+
 // --- PathRulePolicy (Chapter 6) ---------------------------------------------------------
 
 PathRulePolicy::PathRulePolicy(std::shared_ptr<const Policy> base, std::vector<PathRule> rules,

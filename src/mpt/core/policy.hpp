@@ -122,6 +122,32 @@ class KeepF32Policy final : public Policy {
   std::vector<std::string> paths_, ops_;
 };
 
+/// apex O2's keep_batchnorm_fp32 (Chapter 6): the named ops keep FP32
+/// parameters and compute in FP32, but read and store the dtype their first
+/// input arrives in. apex's O2 converts only the BatchNorm modules'
+/// parameters back to float (fp16_utils' BN_convert_float); cuDNN's batch
+/// norm then takes the fp16 activation with fp32 γ and β and returns fp16.
+/// KeepF32Policy's island stores f32 instead, which doubles the bytes of
+/// every op after it until the next product casts back.
+class FloatParamsPolicy final : public Policy {
+ public:
+  /// Throws std::invalid_argument for no base or an op name that is not a known op.
+  FloatParamsPolicy(std::shared_ptr<const Policy> base, std::vector<std::string> ops);
+  /// "uniform f16; batch_norm with f32 parameters and compute, in its input's dtype".
+  std::string describe() const override;
+
+ protected:
+  /// {arriving, f32, arriving} for the named ops, else the base's decision.
+  OpPrecision decide_op(const OpInfo& op, const OpQuery& q) const override;
+  /// f32 for the named ops, else the base's.
+  DType parameter_dtype_of(const OpInfo& op, std::string_view path) const override;
+
+ private:
+  bool names(std::string_view op) const;
+  std::shared_ptr<const Policy> base_;
+  std::vector<std::string> ops_;
+};
+
 /// One per-layer rule of Chapter 6: the layers a pattern covers store in
 /// `dtype` (see PathRulePolicy).
 struct PathRule {
