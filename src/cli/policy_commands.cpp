@@ -3,7 +3,7 @@
 // found by measurement, compared with the presets.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann-json,
 // and the mpt library's policy string, autocast lists, presets, cost model
-// and (search) the train tier's policy_search.hpp.
+// and (search) the train tier's policy_search.hpp; trace_commands.hpp (show --model).
 //
 // For each op of the table: the autocast list it is on (for an autocast
 // base), and the dtypes it reads, computes and stores when its floating
@@ -27,13 +27,14 @@
 #include "mpt/core/presets.hpp"
 #include "mpt/core/text.hpp"
 #include "mpt/train/policy_search.hpp"
+#include "trace_commands.hpp"
 
 namespace {
 
 using mpt::cli::UsageError;
 
 struct PolicyShowArgs {
-  std::string policy, inputs = "f32";
+  std::string policy, inputs = "f32", model;
   bool json = false;
 };
 
@@ -88,6 +89,10 @@ int cmd_policy_show(const PolicyShowArgs& a) {
     rows.push_back(std::move(r));
   }
   const mpt::PolicyNeeds needs = spec.needs();
+  // --model: the model's traced step under the policy, made before anything
+  // is printed (a pattern that selects none of its paths is bad input).
+  std::ostringstream trace;
+  if (!a.model.empty()) mpt::cli::trace_under_policy(a.model, a.policy, a.json, trace);
   if (a.json) {
     using Json = nlohmann::ordered_json;
     Json ops = Json::array();
@@ -117,6 +122,7 @@ int cmd_policy_show(const PolicyShowArgs& a) {
                   {"scaler", needs.scaler.empty() ? Json(nullptr) : Json(needs.scaler)}};
     j["origin"] = needs.origin.empty() ? Json(nullptr) : Json(needs.origin);
     j["ops"] = std::move(ops);
+    if (!a.model.empty()) j["trace"] = Json::parse(trace.str());
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -137,6 +143,10 @@ int cmd_policy_show(const PolicyShowArgs& a) {
                 << mpt::dtype_name(r.d.output) << "\n";
     else std::cout << "refused: " << r.refused << "\n";
   }
+  if (!a.model.empty())
+    std::cout << "\none training step of the " << a.model << " under it (mpt trace --model " << a.model
+              << " --policy " << spec.text() << "):\n"
+              << trace.str();
   return 0;
 }
 
@@ -283,11 +293,16 @@ void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   show->add_option("--inputs", a->inputs, "the dtype the ops' inputs arrive in: f32, f16 or bf16")
       ->capture_default_str()
       ->type_name("DTYPE");
+  show->add_option("--model", a->model,
+                   "also one training step of this model under the policy, as mpt trace --model M --policy "
+                   "POLICY prints it: mlp, cnn, transformer (its patterns must select the model's paths)")
+      ->type_name("M");
   show->add_flag(
       "--json", a->json,
       "the same as JSON: {\"policy\", \"describe\", [\"params\", \"compute\", \"output\", \"jmp_str\" "
       "for jmp], \"needs\": {\"master_weights\", \"scaler\"}, \"origin\", \"ops\": [{\"op\", \"list\", "
-      "\"input\", \"compute\", \"output\", \"reads\" (or \"refused\"), \"runs\"}]}");
+      "\"input\", \"compute\", \"output\", \"reads\" (or \"refused\"), \"runs\"}], with --model \"trace\": "
+      "what mpt trace --json prints}");
   handlers.on(show, [a] { return cmd_policy_show(*a); });
 
   auto b = std::make_shared<PolicySearchArgs>();

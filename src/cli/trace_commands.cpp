@@ -5,7 +5,8 @@
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
 // and the mpt library's nn tier (Model, Mlp, Cnn, TinyTransformer,
 // trace_step), core tier
-// (DType, policies, the trace and its renderings, Rng).
+// (DType, policies, the trace and its renderings, Rng); trace_commands.hpp
+// (what it offers `mpt policy show --model`).
 //
 // The model runs one forward, cross-entropy loss and backward on a seeded
 // batch with a Trace attached; every line printed comes from that trace or
@@ -23,6 +24,7 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "trace_commands.hpp"
 #include "mpt/core/cost_model.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
@@ -225,7 +227,7 @@ std::string sizes_text(const std::vector<int>& sizes) {
   return s;
 }
 
-int cmd_trace(const TraceArgs& a) {
+int cmd_trace(const TraceArgs& a, std::ostream& os = std::cout) {
   const Setup s = setup_of(a);  // every option checked before anything runs
   const mpt::GpuSpec* gpu =
       a.gpu.empty() ? nullptr : &mpt::cli::invalid_argument_is_usage_error([&]() -> const mpt::GpuSpec& {
@@ -307,10 +309,10 @@ int cmd_trace(const TraceArgs& a) {
                      {"forward_seconds", c.forward_seconds},
                      {"ops", ops}};
     }
-    std::cout << out.dump(2) << "\n";
+    os << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "mpt trace: " << title << "\n\n" << mpt::render_text(trace);
+  os << "mpt trace: " << title << "\n\n" << mpt::render_text(trace);
   std::vector<std::vector<std::string>> rows = {
       {"parameter", "shape", "model copy", "bytes", "master", "grad"}};
   for (const mpt::Parameter* p : net.parameters())
@@ -319,8 +321,8 @@ int cmd_trace(const TraceArgs& a) {
                         (p->model_dtype() == mpt::DType::f32 ? " (the master)" : ""),
                     std::to_string(p->model_bytes()), "f32 " + std::to_string(p->master.bytes()),
                     "f32 " + std::to_string(p->grad.bytes())});
-  std::cout << "\n" << mpt::cli::table(rows, "lllrrr");
-  std::cout << "\nactivations kept for backward: " << net.activation_bytes() << " bytes\n";
+  os << "\n" << mpt::cli::table(rows, "lllrrr");
+  os << "\nactivations kept for backward: " << net.activation_bytes() << " bytes\n";
   if (gpu != nullptr) {
     const mpt::StepCost c = mpt::estimate_cost(trace, *gpu);
     std::vector<std::vector<std::string>> cost = {
@@ -329,7 +331,7 @@ int cmd_trace(const TraceArgs& a) {
       cost.push_back({mpt::phase_name(o.phase), o.path, o.op, mpt::cli::outcome_text(o.bytes),
                       mpt::cli::outcome_text(o.flops), std::string(mpt::unit_name(o.unit)),
                       mpt::cli::outcome_text(o.seconds * 1e9), o.memory_bound ? "memory" : "arithmetic"});
-    std::cout << "\ncost model on " << gpu->what << " (roofline per op, no launch cost; " << gpu->source
+    os << "\ncost model on " << gpu->what << " (roofline per op, no launch cost; " << gpu->source
               << "):\n"
               << mpt::cli::table(cost, "lllrrlrl") << "step: " << mpt::cli::outcome_text(c.bytes)
               << " bytes, " << mpt::cli::outcome_text(c.flops) << " FLOPs ("
@@ -337,7 +339,7 @@ int cmd_trace(const TraceArgs& a) {
               << mpt::cli::outcome_text(c.seconds * 1e6) << " us (forward "
               << mpt::cli::outcome_text(c.forward_seconds * 1e6) << " us)\n";
   }
-  if (!a.dot.empty()) std::cout << "graph written to " << a.dot << " (render: dot -Tsvg " << a.dot << ")\n";
+  if (!a.dot.empty()) os << "graph written to " << a.dot << " (render: dot -Tsvg " << a.dot << ")\n";
   return 0;
 }
 
@@ -417,3 +419,16 @@ void add_trace_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
 const mpt::cli::Registration trace_registered{{2, 2}, "trace", add_trace_commands};
 
 }  // namespace
+
+void mpt::cli::trace_under_policy(const std::string& model, const std::string& policy, bool json,
+                                  std::ostream& out) {
+  TraceArgs a;
+  a.model = model;
+  a.policy = policy;
+  a.json = json;
+  // The whole output is made before any of it is written: a refusal leaves `out` as it was.
+  std::ostringstream text;
+  (void)cmd_trace(a, text);
+  out << text.str();
+}
+

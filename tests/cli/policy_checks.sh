@@ -57,6 +57,31 @@ show_text_table)
   expect_out_regex "^binary_cross_entropy \* +banned +refused: binary_cross_entropy is unsafe to autocast"
   ;;
 
+show_with_a_model)
+  # --model: the model's traced step under the policy, the same bytes as
+  # mpt trace prints; the rule's layers in FP32 and the others in f16.
+  run trace --model transformer --policy 'f16+block*.mlp=f32'
+  expect_rc 0
+  cp "$OUT" "$WORK/trace.txt"
+  run policy show 'f16+block*.mlp=f32' --model transformer
+  expect_rc 0
+  expect_out "one training step of the transformer under it"
+  sed -n '/^mpt trace: /,$p' "$OUT" >"$WORK/shown.txt"
+  cmp -s "$WORK/trace.txt" "$WORK/shown.txt" || fail "policy show --model prints another trace than mpt trace"
+  expect_out_regex "forward +block0\.mlp\.fc1 +linear +x f32 32x64, weight f32"
+  expect_out_regex "forward +block0\.attn\.q +linear +x f16 32x64, weight f16"
+  need_python
+  run policy show O1 --model cnn --json
+  expect_rc 0
+  python3 - "$OUT" <<'PY' || fail "JSON check failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["policy"] == "O1" and j["trace"]["model"].startswith("digits CNN"), j.get("trace", {}).get("model")
+convs = [e for e in j["trace"]["trace"]["entries"] if e["op"] == "conv2d" and e["phase"] == "forward"]
+assert convs and all(e["compute"] == "f32" and e["outputs"][0]["dtype"] == "f16" for e in convs), convs
+PY
+  ;;
+
 show_jmp_and_presets)
   need_python
   run policy show jmp:params=float32,compute=float16,output=float32 --json
