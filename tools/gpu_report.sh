@@ -170,6 +170,8 @@ else
     "racecheck test_ch03_norms_cuda *small case of every kernel*"
     "memcheck test_ch04_softmax_cuda *small case of every kernel*,*empty sizes*"
     "racecheck test_ch04_softmax_cuda *small case of every kernel*"
+    "memcheck test_ch06_gemm_tc_cuda *MLP*,*empty sizes*"
+    "racecheck test_ch06_gemm_tc_cuda *MLP*"
   )
   for c in "${checks[@]}"; do
     read -r tool prog filter <<<"$c"

@@ -1,8 +1,10 @@
 // Chapters 02 onwards — the CUDA kernels of the nn tier (mpt::kernels_nn):
 // the FP16-input, FP32-accumulate GEMM (Chapter 2, kernels/nn/gemm_fp16.cu)
 // BatchNorm and LayerNorm with FP32 statistics, forward and backward
-// (Chapter 3, kernels/nn/norms.cu), and the fused softmax cross-entropy and
-// the masked softmax of attention rows (Chapter 4, kernels/nn/softmax.cu).
+// (Chapter 3, kernels/nn/norms.cu), the fused softmax cross-entropy and
+// the masked softmax of attention rows (Chapter 4, kernels/nn/softmax.cu),
+// and the tensor-core GEMM, fp16 or bf16 inputs (Chapter 6,
+// kernels/nn/gemm_tc.cu).
 // Depends on: kernels/formats/formats_kernels.hpp (and through it
 // mpt/formats/codes.hpp: Fp16Code, Bf16Code). Host-only: no CUDA types, so
 // CPU code and cling notebooks can include it; it includes nothing of
@@ -295,5 +297,38 @@ void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Co
 /// 0. One warp per row. Queued.
 void masked_softmax(std::int64_t rows, std::int64_t cols, const Fp16Code* d_scores, const bool* d_mask,
                     bool causal, Fp16Code* d_probs);
+
+// --- Tensor-core GEMM, fp16 or bf16 inputs (kernels/nn/gemm_tc.cu, Chapter 6) ------------
+//
+// The GEMM of gemm_fp16 above on the tensor cores (nvcuda::wmma, 16x16x16
+// tiles, FP32 accumulation), for both 16-bit input formats a precision
+// policy may give a matmul. Same shapes, storage and Trans as gemm_fp16;
+// FP32 output only. Any M, N, K >= 0 (the edge tiles are zero-padded in
+// shared memory). Needs a device of compute capability 8.0 (sm_80) or newer.
+
+/// C = op(A) · op(B) on the tensor cores, fp16 inputs as IEEE binary16 codes
+/// (Fp16Code), products exact and sums in FP32:
+///   op(A): M x K — A stored as [M, K] (ta = no) or [K, M] (ta = yes)
+///   op(B): K x N — B stored as [K, N] (tb = no) or [N, K] (tb = yes)
+///   C:     M x N, FP32
+/// The sum order and its rounding are the tensor core's, not a CPU loop's,
+/// so results need not match gemm_fp16 bit for bit. The GPU test holds each
+/// output to the order-independent bound
+///   |exact − c| ≤ K · 2^-23 · Σₖ |a_mk · b_kn|
+/// and to the exact value when the inputs are integers whose products and
+/// partial sums stay below 2^24 in magnitude; a zero result is +0. inf and
+/// NaN propagate (a NaN in a row of op(A) makes that row of C NaN; inf · 0
+/// is NaN). One warp per 16x16 tile of C. K == 0 gives zeros. A size < 0,
+/// an unknown Trans or a null pointer that is needed throws
+/// std::invalid_argument, M above 65535 · 16 = 1048560 (the grid's y limit)
+/// std::length_error, a device older than sm_80 std::runtime_error, all
+/// before any launch. Queued.
+void gemm_tc(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b, float* d_c);
+
+/// As above with bf16 inputs (Bf16Code: 8 exponent bits, 7 fraction bits;
+/// a product of two bf16 values is exact in FP32 unless it overflows or
+/// underflows FP32's range, which bf16 shares). Overloaded on the code type,
+/// so fp16 codes cannot reach the bf16 kernel or the other way round.
+void gemm_tc(Trans ta, Trans tb, int M, int N, int K, const Bf16Code* d_a, const Bf16Code* d_b, float* d_c);
 
 }  // namespace mpt::cuda
