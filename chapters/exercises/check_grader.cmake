@@ -2,12 +2,13 @@
 # grader variant and checks its printed score. Depends on: nothing but CMake.
 # Used by checks.cmake and check_handout.sh; never shipped.
 
-#   cmake -DGRADER=exe -DEXPECT=none|full|below|partial [-DARGS=a;b]
+#   cmake -DGRADER=exe -DEXPECT=none|full|below|partial|naive [-DARGS=a;b]
 #         [-DONLY=1.2] [-DNOT_IMPLEMENTED=ON] [-DREQUIRE_REGEX=re]
 #         [-DLAUNCHER=mpiexec|-n|2] -P check_grader.cmake
 # none: 0 points for every exercise; full: all points; below: less than full
 # for every exercise; partial: more than 0 and less than full for every
-# exercise. A crash, a missing executable or a missing "total:" line fails
+# exercise; naive: more than 0 and at most a third of the points for every
+# exercise (a near miss: the naive answer scores something, never a pass). A crash, a missing executable or a missing "total:" line fails
 # the check whatever was expected: only a printed score counts.
 # NOT_IMPLEMENTED (with none, for the stubs): every write exercise shows its
 # stub's "exercise N.M not implemented"; a diagnose exercise (its title
@@ -61,6 +62,11 @@ foreach(line IN LISTS lines)
     list(APPEND problems "exercise ${id}: ${got}/${max}, expected less than full points")
   elseif(EXPECT STREQUAL "partial" AND (got EQUAL 0 OR NOT got LESS max))
     list(APPEND problems "exercise ${id}: ${got}/${max}, expected some points but not all")
+  elseif(EXPECT STREQUAL "naive")
+    math(EXPR thrice "${got} * 3")
+    if(got EQUAL 0 OR thrice GREATER max)
+      list(APPEND problems "exercise ${id}: ${got}/${max}, expected more than 0 and at most a third")
+    endif()
   endif()
   if(NOT_IMPLEMENTED AND line MATCHES "exercise ${id} \\(diagnose: ")
     if(line MATCHES "not implemented")

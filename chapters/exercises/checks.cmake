@@ -10,7 +10,8 @@
 #     [HIDDEN_EXAMPLE file.cpp HIDDEN_REGEX regex]
 #     [LINK target...]                 more libraries for the graders (mpt::dist_mpi)
 #     [LAUNCHER cmd...]                how every grader is run (mpiexec -n 2 ...)
-#     [PROCESSORS n] [TIMEOUT s])      CTest's properties of every grader run
+#     [PROCESSORS n] [TIMEOUT s]       CTest's properties of every grader run
+#     [NAIVE_AT_MOST_THIRD])           the near misses score at most a third, each exercise
 #
 # The chapter folder must hold exNN.hpp, student/exNN.cpp (the stubs and
 # the diagnose exercises' broken bodies),
@@ -20,7 +21,10 @@
 #                                         implemented", each diagnose exercise's shipped bug run
 #   exercise_chNN_solution_full_marks     full points, exit 0
 #   exercise_chNN_trivial_<name>_fails    below full points in every exercise
-#   exercise_chNN_near_misses_partial     some points but not all, in every exercise
+#   exercise_chNN_near_misses_partial     some points but not all, in every exercise;
+#                                         with NAIVE_AT_MOST_THIRD, some points but at most
+#                                         a third of each exercise's (the naive answer of
+#                                         the pitfall an exercise teaches must not pass)
 #   exercise_chNN_one_exercise            --exercise=ONE scores only ONE
 #   exercise_chNN_unknown_exercise        --exercise 9.9 names the valid ids
 #   exercise_chNN_hidden_tests_counted    (with HIDDEN_EXAMPLE) hidden tests scored
@@ -30,7 +34,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/grader.cmake)
 set(MPT_EXERCISE_KIT_CHECKS_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 function(mpt_exercise_checks NN)
-  cmake_parse_arguments(C "" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX;PROCESSORS;TIMEOUT" "EXERCISES;LINK;LAUNCHER" ${ARGN})
+  cmake_parse_arguments(C "NAIVE_AT_MOST_THIRD" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX;PROCESSORS;TIMEOUT" "EXERCISES;LINK;LAUNCHER" ${ARGN})
   set(ex ${CMAKE_CURRENT_SOURCE_DIR})
   set(kit ${MPT_EXERCISE_KIT_CHECKS_DIR})
   set(ch ch${NN})
@@ -92,7 +96,11 @@ function(mpt_exercise_checks NN)
   foreach(variant IN LISTS variants)
     _mpt_exercise_check(exercise_${ch}_trivial_${variant}_fails grader_${ch}_trivial_${variant} below)
   endforeach()
-  _mpt_exercise_check(exercise_${ch}_near_misses_partial grader_${ch}_near_misses partial)
+  if(C_NAIVE_AT_MOST_THIRD)
+    _mpt_exercise_check(exercise_${ch}_near_misses_partial grader_${ch}_near_misses naive)
+  else()
+    _mpt_exercise_check(exercise_${ch}_near_misses_partial grader_${ch}_near_misses partial)
+  endif()
   _mpt_exercise_check(exercise_${ch}_one_exercise grader_${ch}_solution full -DARGS=--exercise=${C_ONE} -DONLY=${C_ONE})
   if(C_HIDDEN_EXAMPLE)
     _mpt_exercise_check(exercise_${ch}_hidden_tests_counted grader_${ch}_hidden_example full "-DREQUIRE_REGEX=${C_HIDDEN_REGEX}")

@@ -132,11 +132,11 @@ int cmd_policy_show(const PolicyShowArgs& a) {
             << ", scaler " << (needs.scaler.empty() ? "of your choice" : needs.scaler) << "\n"
             << "inputs arriving in " << mpt::dtype_name(x)
             << " (parameters in the dtype the policy gives them); * = no layer runs it yet\n\n";
-  std::cout << std::left << std::setw(34) << "op" << std::setw(20) << "list" << std::setw(7) << "reads"
+  std::cout << std::left << std::setw(36) << "op" << std::setw(20) << "list" << std::setw(7) << "reads"
             << std::setw(9) << "computes"
             << "stores\n";
   for (const ShownOp& r : rows) {
-    std::cout << std::setw(34) << (r.op + (r.runs ? "" : " *")) << std::setw(20)
+    std::cout << std::setw(36) << (r.op + (r.runs ? "" : " *")) << std::setw(20)
               << (r.list.empty() ? "-" : r.list);
     if (r.refused.empty())
       std::cout << std::setw(7) << mpt::dtype_name(r.d.input) << std::setw(9) << mpt::dtype_name(r.d.compute)

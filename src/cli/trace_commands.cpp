@@ -24,7 +24,6 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
-#include "trace_commands.hpp"
 #include "mpt/core/cost_model.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/policy_string.hpp"
@@ -33,6 +32,7 @@
 #include "mpt/nn/cnn.hpp"
 #include "mpt/nn/mlp.hpp"
 #include "mpt/nn/transformer.hpp"
+#include "trace_commands.hpp"
 
 namespace {
 
@@ -331,13 +331,11 @@ int cmd_trace(const TraceArgs& a, std::ostream& os = std::cout) {
       cost.push_back({mpt::phase_name(o.phase), o.path, o.op, mpt::cli::outcome_text(o.bytes),
                       mpt::cli::outcome_text(o.flops), std::string(mpt::unit_name(o.unit)),
                       mpt::cli::outcome_text(o.seconds * 1e9), o.memory_bound ? "memory" : "arithmetic"});
-    os << "\ncost model on " << gpu->what << " (roofline per op, no launch cost; " << gpu->source
-              << "):\n"
-              << mpt::cli::table(cost, "lllrrlrl") << "step: " << mpt::cli::outcome_text(c.bytes)
-              << " bytes, " << mpt::cli::outcome_text(c.flops) << " FLOPs ("
-              << mpt::cli::outcome_text(c.tensor_flops) << " on tensor cores), "
-              << mpt::cli::outcome_text(c.seconds * 1e6) << " us (forward "
-              << mpt::cli::outcome_text(c.forward_seconds * 1e6) << " us)\n";
+    os << "\ncost model on " << gpu->what << " (roofline per op, no launch cost; " << gpu->source << "):\n"
+       << mpt::cli::table(cost, "lllrrlrl") << "step: " << mpt::cli::outcome_text(c.bytes) << " bytes, "
+       << mpt::cli::outcome_text(c.flops) << " FLOPs (" << mpt::cli::outcome_text(c.tensor_flops)
+       << " on tensor cores), " << mpt::cli::outcome_text(c.seconds * 1e6) << " us (forward "
+       << mpt::cli::outcome_text(c.forward_seconds * 1e6) << " us)\n";
   }
   if (!a.dot.empty()) os << "graph written to " << a.dot << " (render: dot -Tsvg " << a.dot << ")\n";
   return 0;
@@ -431,4 +429,3 @@ void mpt::cli::trace_under_policy(const std::string& model, const std::string& p
   (void)cmd_trace(a, text);
   out << text.str();
 }
-

@@ -148,6 +148,7 @@ bool AutocastPolicy::enabled_at(std::string_view path) const {
 
 OpPrecision AutocastPolicy::decide_op(const OpInfo& op, const OpQuery& q) const {
   if (!enabled_at(q.path)) return as_arrives(op, q, "autocast is disabled there, so nothing casts them");
+  //! [autocast-decide]
   const AutocastRow& row = autocast_row(op.name);
   CastList list = device_ == AutocastDevice::cuda ? row.cuda : row.cpu;
   if (device_ == AutocastDevice::cuda && !row.cuda_via.empty()) list = autocast_row(row.cuda_via).cuda;
@@ -183,6 +184,7 @@ OpPrecision AutocastPolicy::decide_op(const OpInfo& op, const OpQuery& q) const 
     case CastList::none: break;
   }
   return as_arrives(op, q, "it is on no autocast list, so nothing casts them");
+  //! [autocast-decide]
 }
 
 DType AutocastPolicy::parameter_dtype_of(const OpInfo&, std::string_view) const { return DType::f32; }

@@ -124,9 +124,10 @@ class KeepF32Policy final : public Policy {
 
 /// apex O2's keep_batchnorm_fp32 (Chapter 6): the named ops keep FP32
 /// parameters and compute in FP32, but read and store the dtype their first
-/// input arrives in. apex's O2 converts only the BatchNorm modules'
-/// parameters back to float (fp16_utils' BN_convert_float); cuDNN's batch
-/// norm then takes the fp16 activation with fp32 γ and β and returns fp16.
+/// input arrives in. apex's O2 casts the model with convert_network, which
+/// leaves affine BatchNorm modules (their parameters and running estimates)
+/// in float (apex/fp16_utils/fp16util.py at d2ac4872); cuDNN's batch norm
+/// then takes the fp16 activation with fp32 γ and β and returns fp16.
 /// KeepF32Policy's island stores f32 instead, which doubles the bytes of
 /// every op after it until the next product casts back.
 class FloatParamsPolicy final : public Policy {

@@ -147,7 +147,8 @@ std::optional<NamedBase> named_base(const std::string& text) {
       };
     } else if (l.name == "O2") {  // cast_model_type float16, keep_batchnorm_fp32 (parameters only)
       b.make = without_regions([] {
-        return std::make_shared<FloatParamsPolicy>(uniform_policy(DType::f16), std::vector<std::string>{"batch_norm"});
+        return std::make_shared<FloatParamsPolicy>(uniform_policy(DType::f16),
+                                                   std::vector<std::string>{"batch_norm"});
       });
     } else {  // O0: float32 throughout; O3: float16 throughout
       const DType d = l.name == "O0" ? DType::f32 : DType::f16;

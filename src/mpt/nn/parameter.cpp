@@ -94,6 +94,7 @@ Tensor Parameter::read(DType d, Context& ctx, std::string_view path, Phase phase
   // PyTorch's cached_cast caches lower-precision casts of fp32 leaf weights only.
   const bool cacheable = w.dtype() == DType::f32 && (d == DType::f16 || d == DType::bf16) && !w.scale();
   if (!cacheable) return ctx.cast(w, d, path, phase, role);
+  //! [weight-cast-cache]
   for (CachedCast& c : cast_cache_) {
     if (c.dtype != d) continue;
     if (c.source_version == w.version()) {
@@ -105,6 +106,7 @@ Tensor Parameter::read(DType d, Context& ctx, std::string_view path, Phase phase
     return c.cast;
   }
   cast_cache_.push_back({d, w.version(), ctx.cast(w, d, path, phase, role)});
+  //! [weight-cast-cache]
   return cast_cache_.back().cast;
 }
 

@@ -209,6 +209,7 @@ SearchResult search_policy(const SearchOptions& o) {
   });
   std::vector<std::string> lowered;
   r.found = r.fp32;
+  //! [greedy-pass]
   for (LayerResult& l : r.layers) {
     std::vector<std::string> trial = lowered;
     trial.push_back(l.path);
@@ -221,6 +222,7 @@ SearchResult search_policy(const SearchOptions& o) {
       r.found = e;
     }
   }
+  //! [greedy-pass]
   r.policy = r.found.policy;
   return r;
 }

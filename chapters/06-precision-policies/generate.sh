@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Chapter 06 — regenerates the outputs the chapter text shows (generated/*.txt,
+# and the picture generated/presets.svg) and splices each text block into
+# README.md between its markers.
+# Depends on: a build of the project (BUILD_DIR/src/cli/mpt and
+# BUILD_DIR/chapters/ch06_numbers), the digits file (the CNN's search; the
+# build's fetch-data target), ../generate_common.sh (the modes, the splicing
+# and the check, shared by every chapter), bash, grep, sed, Graphviz's dot
+# (the picture).
+#
+# usage: generate.sh BUILD_DIR           regenerate in place (then commit the result)
+#        generate.sh --check BUILD_DIR   regenerate into a scratch copy and fail if
+#                                        the committed files differ (the docs test)
+#        generate.sh --into DIR BUILD_DIR
+#                                        write a fresh copy of the chapter into DIR
+set -euo pipefail
+
+chapter_id=06
+chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+required_programs=(src/cli/mpt chapters/ch06_numbers)
+bench_records=()
+# shellcheck source=../generate_common.sh
+source "$chapter_dir/../generate_common.sh"
+
+pitfall_ids=(name-substring-policy bce-on-fp16-probabilities sum-outside-autocast cpu-autocast-list)
+
+# The precision picture of each preset (presets.dot of the text).
+draw_diagrams() {
+  "$build/chapters/ch06_numbers" presets "$1" >/dev/null
+}
+
+# A command that must be refused: its one line on stderr and its exit status.
+refused() {
+  local rc=0
+  "$@" 2>&1 >/dev/null || rc=$?
+  [[ $rc -ne 0 ]] || { echo "generate.sh: '$*' was not refused" >&2; return 1; }
+  echo "(exit status $rc)"
+}
+
+generate_all() {
+  local mpt="$build/src/cli/mpt" numbers="$build/chapters/ch06_numbers"
+  gen_run trace-mlp-autocast "mpt trace --model mlp --policy autocast:cuda:f16" \
+    "$mpt" trace --model mlp --policy autocast:cuda:f16
+  gen_run autocast "ch06_numbers autocast" "$numbers" autocast
+  gen_run show-o1 "mpt policy show O1" "$mpt" policy show O1
+  gen_run lists "ch06_numbers lists" "$numbers" lists
+  pic_dir="$gen_tmp/presets"
+  mkdir -p "$pic_dir"
+  gen_run presets "ch06_numbers presets DIR" "$numbers" presets "$pic_dir"
+  presets_needs() {
+    local p
+    for p in O0 O1 O2 O3 mixed_float16 mixed_bfloat16 jmp:half; do "$mpt" policy show "$p" | head -n 3; done
+  }
+  gen_run needs "for p in O0 O1 O2 O3 mixed_float16 mixed_bfloat16 jmp:half; do mpt policy show \$p | head -n 3; done" \
+    presets_needs
+  rule_lines() {
+    "$mpt" trace --model transformer --policy 'f16+block*.mlp=f32' --forward-only |
+      grep -E '^(mpt trace|#|[0-9]+ +forward +block0\.(ln2|mlp|residual2))'
+  }
+  gen_run rules "mpt trace --model transformer --policy 'f16+block*.mlp=f32' --forward-only | grep -E '^(mpt trace|#|[0-9]+ +forward +block0\\.(ln2|mlp|residual2))'" \
+    rule_lines
+  gen_run rule-refused "mpt train --model transformer --policy 'f16+*.ffn=f32' --scaler dynamic --steps 10" \
+    refused "$mpt" train --model transformer --policy 'f16+*.ffn=f32' --scaler dynamic --steps 10
+  cost_lines() { "$mpt" trace --model mlp --policy O1 --gpu h100-sxm | sed -n '/^cost model/,$p'; }
+  gen_run cost "mpt trace --model mlp --policy O1 --gpu h100-sxm | sed -n '/^cost model/,\$p'" cost_lines
+  gen_run search-cnn "mpt policy search --model cnn --budget 0.02 --steps 20 --seeds 2 --compare" \
+    "$mpt" policy search --model cnn --budget 0.02 --steps 20 --seeds 2 --compare
+  gen_run pitfalls "mpt pitfalls --chapter 6" "$mpt" pitfalls --chapter 6
+  gen_pitfalls_and_tour 6 "${pitfall_ids[@]}"
+  gen_run claims "ch06_numbers claims" "$numbers" claims
+}
+
+run_benchmarks() { :; }
+
+generate_main "$@"
