@@ -29,5 +29,7 @@ Pitfall bce_on_fp16_probabilities_pitfall();
 Pitfall sum_outside_autocast_pitfall();
 /// The CPU autocast list is not the CUDA list.
 Pitfall cpu_autocast_list_pitfall();
+/// "Keep the Transformer's FFN in FP32", measured over paired seeds.
+Pitfall ffn_fp32_rule_of_thumb_pitfall();
 
 }  // namespace mpt::ch06
