@@ -23,7 +23,7 @@ bench_records=()
 source "$chapter_dir/../generate_common.sh"
 
 pitfall_ids=(name-substring-policy bce-on-fp16-probabilities sum-outside-autocast cpu-autocast-list
-             ffn-fp32-rule-of-thumb)
+             ffn-fp32-rule-of-thumb o3-everything-fp16)
 
 # The precision picture of each preset (presets.dot of the text).
 draw_diagrams() {
@@ -66,6 +66,17 @@ generate_all() {
   gen_run cost "mpt trace --model mlp --policy O1 --gpu h100-sxm | sed -n '/^cost model/,\$p'" cost_lines
   gen_run search-cnn "mpt policy search --model cnn --budget 0.02 --steps 20 --seeds 2 --compare" \
     "$mpt" policy search --model cnn --budget 0.02 --steps 20 --seeds 2 --compare
+  o3_train() {
+    local m p
+    for m in mlp cnn; do
+      for p in O0 O3; do
+        printf '%-4s %-3s ' "$m" "$p"
+        "$mpt" train --model "$m" --policy "$p" --steps 200 2>/dev/null | grep '^final loss'
+      done
+    done
+  }
+  gen_run o3-train "for m in mlp cnn; do for p in O0 O3; do printf '%-4s %-3s ' \$m \$p; mpt train --model \$m --policy \$p --steps 200 | grep '^final loss'; done; done" \
+    o3_train
   gen_run pitfalls "mpt pitfalls --chapter 6" "$mpt" pitfalls --chapter 6
   gen_pitfalls_and_tour 6 "${pitfall_ids[@]}"
   gen_run claims "ch06_numbers claims" "$numbers" claims

@@ -27,7 +27,7 @@ const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::p
 TEST_CASE("chapter 6 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
       6, {"name-substring-policy", "bce-on-fp16-probabilities", "sum-outside-autocast", "cpu-autocast-list",
-          "ffn-fp32-rule-of-thumb"});
+          "ffn-fp32-rule-of-thumb", "o3-everything-fp16"});
 }
 
 TEST_CASE("chapter 6: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {

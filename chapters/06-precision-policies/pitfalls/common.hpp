@@ -31,5 +31,7 @@ Pitfall sum_outside_autocast_pitfall();
 Pitfall cpu_autocast_list_pitfall();
 /// "Keep the Transformer's FFN in FP32", measured over paired seeds.
 Pitfall ffn_fp32_rule_of_thumb_pitfall();
+/// Everything in fp16 (apex O3): what fails first on each model.
+Pitfall o3_everything_fp16_pitfall();
 
 }  // namespace mpt::ch06

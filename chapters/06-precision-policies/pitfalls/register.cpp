@@ -18,6 +18,7 @@ void register_chapter06_pitfalls(Registry& registry) {
   registry.add(ch06::sum_outside_autocast_pitfall());
   registry.add(ch06::cpu_autocast_list_pitfall());
   registry.add(ch06::ffn_fp32_rule_of_thumb_pitfall());
+  registry.add(ch06::o3_everything_fp16_pitfall());
 }
 
 }  // namespace mpt
