@@ -1,6 +1,7 @@
 // Chapter 06 — pitfall o3-everything-fp16: apex O3 (`model.half()`), and what fails first on each model
 // Depends on: common.hpp (check, num, pct, this entry's declaration),
-// mpt/core/policy_string.hpp (O2, O3), mpt/core/random.hpp, mpt/nn/cnn.hpp,
+// mpt/core/policy_string.hpp (O2, O3), mpt/core/random.hpp, mpt/core/tensor.hpp
+// (widened), mpt/nn/cnn.hpp,
 // mpt/nn/mlp.hpp, mpt/nn/transformer.hpp, mpt/nn/softmax.hpp
 // (cross_entropy), mpt/optim/sgd.hpp; <algorithm>, <cmath>, <cstdint>, <memory>,
 // <string>, <vector>.
@@ -14,8 +15,8 @@
 // 2^16, PyTorch's initial scale). Two things are counted against FP32 in
 // step order:
 //  - backward: weight-gradient elements that FP32 computes as non-zero and
-//    that arrive as exactly 0 (an fp16 dW below fp16's smallest subnormal,
-//    2^-24, at a loss scale of 1);
+//    that arrive as exactly 0 (an fp16 dW below 2^-25, half of fp16's
+//    smallest subnormal, rounds to 0 at a loss scale of 1);
 //  - the update: elements whose FP32 master the step moves and whose weight
 //    here stays where it was (an update below half an ulp of the fp16
 //    weight: lost for good without a master).
@@ -32,6 +33,7 @@
 #include "common.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
+#include "mpt/core/tensor.hpp"
 #include "mpt/nn/cnn.hpp"
 #include "mpt/nn/mlp.hpp"
 #include "mpt/nn/softmax.hpp"
@@ -85,12 +87,6 @@ struct Step {
   bool finite = true;                      // the loss
 };
 
-std::vector<float> values(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.to_f32(v.data());
-  return v;
-}
-
 //! [o3-everything-fp16-broken]
 // O3: model.half(), no FP32 masters, loss scale 1
 Step step_of(Kind k, const std::string& policy, bool masters, float scale) {
@@ -124,12 +120,12 @@ Step step_of(Kind k, const std::string& policy, bool masters, float scale) {
   for (Parameter* p : net->parameters()) {
     float* g = p->grad.f32_data();
     for (std::int64_t i = 0; i < p->grad.numel(); ++i) g[i] /= scale;  // unscale
-    s.grads.push_back(values(p->grad));
-    s.before.push_back(values(p->master));
+    s.grads.push_back(widened(p->grad));
+    s.before.push_back(widened(p->master));
   }
   opt.step();
   net->refresh_model_copies();
-  for (Parameter* p : net->parameters()) s.after.push_back(values(p->master));
+  for (Parameter* p : net->parameters()) s.after.push_back(widened(p->master));
   return s;
 }
 
