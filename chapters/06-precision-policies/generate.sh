@@ -22,7 +22,7 @@ bench_records=()
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
-pitfall_ids=(name-substring-policy bce-on-fp16-probabilities sum-outside-autocast cpu-autocast-list
+pitfall_ids=(name-substring-policy bce-on-fp16-probabilities sum-outside-autocast half-under-autocast cpu-autocast-list
              ffn-fp32-rule-of-thumb o3-everything-fp16)
 
 # The precision picture of each preset (presets.dot of the text).

@@ -7,24 +7,28 @@
 // 008ec6b1840c94ff6d0f685bc10fbf585167c673 (cudnn_convolution*, the CUDA ban,
 // and the AutocastCPU registrations), overload names dropped; then
 // autocast's semantics: the casts per list, the CPU/CUDA difference, promote,
-// the ban, regions that are off, the weight cast cache and the dtype the
-// weight gradient passes through.
+// the ban, regions that are off, the weight cast cache, the dtype the
+// weight gradient passes through, and the norms' fp16 γ and β under autocast.
 // Depends on: mpt/core/autocast.hpp, policy_string.hpp, ops.hpp;
-// mpt/nn/mlp.hpp, losses.hpp; mpt/optim/sgd.hpp; Chapter 1's rounding.
+// mpt/nn/mlp.hpp, layer_norm.hpp, losses.hpp; mpt/optim/sgd.hpp; Chapter 1's rounding.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpt/core/autocast.hpp"
+#include "mpt/core/context.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/ops.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/formats/rounding.hpp"
+#include "mpt/nn/layer_norm.hpp"
 #include "mpt/nn/losses.hpp"
 #include "mpt/nn/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
@@ -447,4 +451,60 @@ TEST_CASE("the weight gradient passes through the dtype the weight was read in")
   bool any_not_f16 = false;
   for (Parameter* p : full.net->parameters()) any_not_f16 = any_not_f16 || !all_f16(p->grad);
   CHECK(any_not_f16);  // the check above can fail
+}
+
+namespace {
+// CUDA autocast's decisions on a model whose parameters are fp16 (a
+// model.half() under autocast: Chapter 6's pitfall half-under-autocast).
+class HalfParamsUnderAutocast final : public Policy {
+ public:
+  std::string describe() const override { return "autocast cuda f16, f16 parameters"; }
+
+ protected:
+  OpPrecision decide_op(const OpInfo&, const OpQuery& q) const override { return autocast_.decide(q); }
+  DType parameter_dtype_of(const OpInfo&, std::string_view) const override { return DType::f16; }
+
+ private:
+  AutocastPolicy autocast_{AutocastDevice::cuda, DType::f16};
+};
+
+// A LayerNorm of 3 rows of 8 under `policy`, forward and backward, its
+// casts counted: {casts of γ and β, cached casts}.
+std::pair<std::size_t, std::size_t> norm_step(const std::shared_ptr<const Policy>& policy, LayerNorm& ln) {
+  ln.apply_policy(*policy);
+  Context ctx(policy);
+  std::vector<float> v(24), g(24);
+  for (int i = 0; i < 24; ++i) {
+    v[static_cast<std::size_t>(i)] = std::sin(0.7f * static_cast<float>(i)) * 3.0f;
+    g[static_cast<std::size_t>(i)] = std::cos(0.3f * static_cast<float>(i)) * 1e-3f;
+  }
+  Trace trace;
+  ctx.set_trace(&trace);
+  (void)ln.forward(Tensor::from_f32(v.data(), {3, 8}, DType::f16), ctx);
+  (void)ln.backward(Tensor::from_f32(g.data(), {3, 8}, DType::f32), ctx);
+  std::size_t params = 0;
+  for (const TraceEntry& e : trace.entries())
+    if (e.op == "cast" && (e.inputs[0].name == "weight" || e.inputs[0].name == "bias")) ++params;
+  return {params, trace.cached_casts()};
+}
+}  // namespace
+
+TEST_CASE("a norm casts f16 γ and β to FP32 at every call under autocast, and keeps FP32 ones as they are") {
+  // layer_norm is on CUDA's fp32 list: its inputs are read in f32.
+  LayerNorm half({8}), full({8});
+  const auto [half_casts, half_cached] = norm_step(std::make_shared<HalfParamsUnderAutocast>(), half);
+  CHECK(half_casts == 3);  // γ and β in forward, γ in backward: f16-to-f32 casts are never cached
+  CHECK(half_cached == 0);
+  // and the gradient of the f16 γ, computed in f32, passes through f16 (the
+  // backward of the cast into the f16 leaf)
+  CHECK(all_f16(half.weight.grad));
+  const auto [full_casts, full_cached] =
+      norm_step(std::make_shared<AutocastPolicy>(AutocastDevice::cuda, DType::f16), full);
+  CHECK(full_casts == 0);
+  CHECK(full_cached == 0);
+  // apex O2's batch norm, and CPU autocast's pass-through norms: FP32 γ
+  // beside an f16 input, read as they are.
+  CHECK(full.weight.norm_read_dtype(DType::f16) == DType::f32);
+  CHECK(half.weight.norm_read_dtype(DType::f32) == DType::f32);
+  CHECK(half.weight.norm_read_dtype(DType::f16) == DType::f16);
 }

@@ -26,8 +26,8 @@ const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::p
 
 TEST_CASE("chapter 6 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
-      6, {"name-substring-policy", "bce-on-fp16-probabilities", "sum-outside-autocast", "cpu-autocast-list",
-          "ffn-fp32-rule-of-thumb", "o3-everything-fp16"});
+      6, {"name-substring-policy", "bce-on-fp16-probabilities", "sum-outside-autocast", "half-under-autocast",
+          "cpu-autocast-list", "ffn-fp32-rule-of-thumb", "o3-everything-fp16"});
 }
 
 TEST_CASE("chapter 6: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {
@@ -65,6 +65,18 @@ TEST_CASE("chapter 6: the numbers the chapter states") {
     // i·37 mod 128 runs through every residue 32 times: 4096·16 + 32·(0 + ... + 127)/8
     CHECK(b.get("exact_sum") == 4096.0 * 16 + 32.0 * (127.0 * 128.0 / 2) / 8);
     CHECK(b.get("accumulator") == b.get("exact_sum"));  // multiples of 1/8 below 2^17: exact in FP32
+  }
+  SUBCASE("half-under-autocast: every norm of the Transformer, and no cast of γ, β is cached") {
+    const RunResult b = runs_of("half-under-autocast").broken;
+    const RunResult f = runs_of("half-under-autocast").fixed;
+    // two blocks of ln1 and ln2, then the final norm
+    CHECK(b.get("norm_calls") == 5);
+    // γ and β in forward, γ again in backward, at every norm
+    CHECK(b.get("norm_param_casts") == 15);
+    // the fp16 weights need no cast; the FP32 model casts each weight once
+    // in forward and reuses it in backward: as many cached as cast
+    CHECK(b.get("weight_casts") == 0);
+    CHECK(f.get("cached_casts") == f.get("weight_casts"));
   }
   SUBCASE("cpu-autocast-list: layer_norm, softmax, log_softmax are the difference") {
     const RunResult b = runs_of("cpu-autocast-list").broken;

@@ -27,6 +27,8 @@ Pitfall name_substring_policy_pitfall();
 Pitfall bce_on_fp16_probabilities_pitfall();
 /// sum of an fp16 tensor where autocast is disabled, without an FP32 output dtype.
 Pitfall sum_outside_autocast_pitfall();
+/// model.half() under autocast: fp16 inputs to the fp32-list norms, γ and β cast at every call.
+Pitfall half_under_autocast_pitfall();
 /// The CPU autocast list is not the CUDA list.
 Pitfall cpu_autocast_list_pitfall();
 /// "Keep the Transformer's FFN in FP32", measured over paired seeds.

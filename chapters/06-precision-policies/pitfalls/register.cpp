@@ -16,6 +16,7 @@ void register_chapter06_pitfalls(Registry& registry) {
   registry.add(ch06::name_substring_policy_pitfall());
   registry.add(ch06::bce_on_fp16_probabilities_pitfall());
   registry.add(ch06::sum_outside_autocast_pitfall());
+  registry.add(ch06::half_under_autocast_pitfall());
   registry.add(ch06::cpu_autocast_list_pitfall());
   registry.add(ch06::ffn_fp32_rule_of_thumb_pitfall());
   registry.add(ch06::o3_everything_fp16_pitfall());

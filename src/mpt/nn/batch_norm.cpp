@@ -194,9 +194,12 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   const std::size_t nc = static_cast<std::size_t>(num_features_);
   const auto eps = static_cast<float>(options_.eps);
   std::vector<float> mean(nc), invstd(nc), w, b;
+  Tensor wt, bt;  // γ and β as the op reads them (Parameter::read_for_norm)
   if (options_.affine) {
-    w = widened(weight.weights());
-    b = widened(bias.weights());
+    wt = weight.read_for_norm(op_.input, ctx, path(), Phase::forward, "weight");
+    bt = bias.read_for_norm(op_.input, ctx, path(), Phase::forward, "bias");
+    w = widened(wt);
+    b = widened(bt);
   }
   const float* wp = options_.affine ? w.data() : nullptr;
   const float* bp = options_.affine ? b.data() : nullptr;
@@ -264,8 +267,8 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   if (ctx.tracing()) {
     TraceEntry e{Phase::forward, path(), "batch_norm", {traced("x", x_)}, op_.compute, {traced("y", out)}};
     if (options_.affine) {
-      e.inputs.push_back(traced("weight", weight.weights()));
-      e.inputs.push_back(traced("bias", bias.weights()));
+      e.inputs.push_back(traced("weight", wt));
+      e.inputs.push_back(traced("bias", bt));
     }
     if (!batch) {
       e.inputs.push_back(traced("running_mean", running_mean));
@@ -292,8 +295,10 @@ Tensor BatchNorm::backward_impl(const Tensor& dy, Context& ctx) {
                            invstd = widened(used_invstd_);
   const bool affine = options_.affine;
   std::vector<float> w, dw, db, dx;
+  Tensor wt;  // γ as the op reads it, again (Linear reads its weight again in backward too)
   if (affine) {
-    w = widened(weight.weights());
+    wt = weight.read_for_norm(op_.input, ctx, path(), Phase::backward, "weight");
+    w = widened(wt);
     dw.resize(w.size());
     db.resize(w.size());
   }
@@ -325,16 +330,16 @@ Tensor BatchNorm::backward_impl(const Tensor& dy, Context& ctx) {
   }
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
-    // The norm reads γ and β as they are stored (widened, never cast), so
-    // their gradients pass through the stored dtype.
-    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), weight.weights());
-    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bias.weights());
+    // The gradients pass through the dtype γ and β were read in (and the
+    // stored dtype, where that differs: Parameter::accumulate_grad).
+    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wt);
+    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bias.norm_read_dtype(op_.input));
   }
   Tensor out;
   if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);
   if (ctx.tracing()) {
     TraceEntry e{Phase::backward, path(), "batch_norm", {traced("dy", dy), traced("x", x_)}, op_.compute, {}};
-    if (affine) e.inputs.push_back(traced("weight", weight.weights()));
+    if (affine) e.inputs.push_back(traced("weight", wt));
     if (input_grad()) e.outputs.push_back(traced("dx", out));
     if (affine) {
       e.outputs.push_back({"weight.grad", wd, weight.master.shape(),

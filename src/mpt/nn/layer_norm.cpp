@@ -89,9 +89,12 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Context& ctx) {
   const std::int64_t d = numel(normalized_shape_), rows = x.numel() / d;
   const norm_math::Layout l{1, rows, d};
   std::vector<float> w, b;
+  Tensor wt, bt;  // γ and β as the op reads them (Parameter::read_for_norm)
   if (affine) {
-    w = widened(weight.weights());
-    b = widened(bias.weights());
+    wt = weight.read_for_norm(op_.input, ctx, path(), Phase::forward, "weight");
+    bt = bias.read_for_norm(op_.input, ctx, path(), Phase::forward, "bias");
+    w = widened(wt);
+    b = widened(bt);
   }
   // FP32 Welford statistics per row, whatever dtype x is stored in, and y
   // from them: norm_math's formulas, one row at a time (norm_cpu.hpp).
@@ -107,8 +110,8 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Context& ctx) {
                  "layer_norm",   {traced("x", x_)},
                  op_.compute,    {traced("y", out), traced("mean", mean_), traced("rstd", rstd_)}};
     if (affine) {
-      e.inputs.push_back(traced("weight", weight.weights()));
-      e.inputs.push_back(traced("bias", bias.weights()));
+      e.inputs.push_back(traced("weight", wt));
+      e.inputs.push_back(traced("bias", bt));
     }
     ctx.record(std::move(e));
   }
@@ -124,8 +127,10 @@ Tensor LayerNorm::backward_impl(const Tensor& dy, Context& ctx) {
   const std::vector<float> xf = widened(x_), dyf = widened(dy), mean = widened(mean_), rstd = widened(rstd_);
   const bool affine = options_.elementwise_affine;
   std::vector<float> w, dw, db, dx;
+  Tensor wt;  // γ as the op reads it, again (Linear reads its weight again in backward too)
   if (affine) {
-    w = widened(weight.weights());
+    wt = weight.read_for_norm(op_.input, ctx, path(), Phase::backward, "weight");
+    w = widened(wt);
     dw.resize(w.size());
     db.resize(w.size());
   }
@@ -135,16 +140,16 @@ Tensor LayerNorm::backward_impl(const Tensor& dy, Context& ctx) {
                       affine ? dw.data() : nullptr, affine ? db.data() : nullptr);
   const DType wd = weight.model_dtype(), bd = bias.model_dtype();
   if (affine) {
-    // The norm reads γ and β as they are stored (widened, never cast), so
-    // their gradients pass through the stored dtype.
-    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), weight.weights());
-    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bias.weights());
+    // The gradients pass through the dtype γ and β were read in (and the
+    // stored dtype, where that differs: Parameter::accumulate_grad).
+    weight.accumulate_grad(dw.data(), static_cast<std::int64_t>(dw.size()), wt);
+    bias.accumulate_grad(db.data(), static_cast<std::int64_t>(db.size()), bias.norm_read_dtype(op_.input));
   }
   Tensor out;
   if (input_grad()) out = Tensor::from_f32(dx.data(), x_.shape(), op_.input);
   if (ctx.tracing()) {
     TraceEntry e{Phase::backward, path(), "layer_norm", {traced("dy", dy), traced("x", x_)}, op_.compute, {}};
-    if (affine) e.inputs.push_back(traced("weight", weight.weights()));
+    if (affine) e.inputs.push_back(traced("weight", wt));
     if (input_grad()) e.outputs.push_back(traced("dx", out));
     if (affine) {
       e.outputs.push_back({"weight.grad", wd, weight.master.shape(),

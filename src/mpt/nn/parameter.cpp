@@ -115,6 +115,8 @@ void Parameter::accumulate_grad(float* g, std::int64_t n, DType d) {
     throw std::invalid_argument(name + ": a gradient of " + std::to_string(n) + " elements for " +
                                 std::to_string(grad.numel()) + " weights");
   if (d != DType::f32) round_array(g, g, static_cast<std::size_t>(n), format_of(d));
+  if ((model_dtype_ == DType::f16 || model_dtype_ == DType::bf16) && model_dtype_ != d)
+    round_array(g, g, static_cast<std::size_t>(n), format_of(model_dtype_));
   float* out = grad.f32_data();
   if (grad_factor == 1.0f && grad_carry == 1.0f) {
     for (std::int64_t i = 0; i < n; ++i) out[i] += g[i];

@@ -94,6 +94,19 @@ class Parameter {
   /// (Tensor::version): an optimizer step, a refresh, a broadcast, a load.
   /// `role` names the tensor in the trace ("weight").
   Tensor read(DType d, Context& ctx, std::string_view path, Phase phase, const std::string& role);
+  /// The dtype a normalization (LayerNorm, BatchNorm) reads this parameter in
+  /// when its op reads its inputs in `d`: an FP32 parameter as it is stored,
+  /// whatever `d` is (PyTorch's layer_norm and batch_norm, and cuDNN's batch
+  /// norm, take FP32 γ and β beside a low-precision input: apex O2's and
+  /// CPU autocast's norms), anything else in `d`. So an f16 γ under an op
+  /// that reads f32 (a `.half()` model under CUDA autocast, whose fp32 list
+  /// holds layer_norm) is cast at every call — an f16-to-f32 cast the weight
+  /// cast cache does not keep (Chapter 6's pitfall half-under-autocast).
+  DType norm_read_dtype(DType d) const { return weights().dtype() == DType::f32 ? DType::f32 : d; }
+  /// read(norm_read_dtype(d), ...).
+  Tensor read_for_norm(DType d, Context& ctx, std::string_view path, Phase phase, const std::string& role) {
+    return read(norm_read_dtype(d), ctx, path, phase, role);
+  }
   /// A layer's backward hands over this parameter's gradient: `g` (n FP32
   /// values, scratch) is rounded in place into the dtype of `as_read`, the
   /// tensor the op read the weights as (weights(), or what read() gave it),
@@ -105,9 +118,11 @@ class Parameter {
   void accumulate_grad(float* g, std::int64_t n, const Tensor& as_read) {
     accumulate_grad(g, n, as_read.dtype());
   }
-  /// accumulate_grad with the dtype given directly: rounded into `d`, added
-  /// into grad. Throws std::invalid_argument unless n == grad.numel(). Then
-  /// calls grad_hook, if set. With grad_factor or grad_carry set (below), in
+  /// accumulate_grad with the dtype given directly: rounded into `d`, then,
+  /// for an f16 or bf16 model copy read in another dtype, into the copy's dtype too (the
+  /// backward of the cast that read it: a `.half()` weight read in f32 gets an
+  /// f16 gradient, as PyTorch's .grad of an f16 leaf is), and added into grad. Throws std::invalid_argument
+  /// unless n == grad.numel(). Then calls grad_hook, if set. With grad_factor or grad_carry set (below), in
   /// the same pass: grad = grad × grad_carry + g × grad_factor, and
   /// grad_carry becomes 1.
   void accumulate_grad(float* g, std::int64_t n, DType d);
