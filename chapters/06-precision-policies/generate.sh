@@ -18,7 +18,7 @@ set -euo pipefail
 chapter_id=06
 chapter_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 required_programs=(src/cli/mpt chapters/ch06_numbers)
-bench_records=()
+bench_records=(search-transformer.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
@@ -82,6 +82,33 @@ generate_all() {
   gen_run claims "ch06_numbers claims" "$numbers" claims
 }
 
-run_benchmarks() { :; }
+# The Transformer's search trains 21 candidates x 3 seeds x 60 steps (a few
+# minutes on one core): a record, rerun by --bench. The docs test reruns it
+# with 2 steps and 1 seed and compares what does not depend on the training:
+# the layers and their ops, and each compared policy's bytes and estimated
+# step time (bench_deterministic).
+run_benchmarks() {
+  gen_bench search-transformer.txt src/cli/mpt '^policy search on' \
+    policy search --model transformer --budget 0.01 --steps 60 --seeds 3 --depth 1 --compare \
+    -- policy search --model transformer --budget 0.01 --steps 2 --seeds 1 --depth 1 --compare
+}
+
+# What of the search's record does not depend on the training: the layers
+# with their ops (sorted: their order is the sensitivity's), and per compared
+# policy (the found one left out) its bytes and the cost model's step time.
+bench_deterministic() {
+  case "$1" in
+    search-transformer.txt)
+      awk '
+        /^layer / { layers = 1; next }
+        /^found:/ { layers = 0; next }
+        layers && NF >= 6 { print "layer", $1; next }
+        /^policy +final loss/ { cmp = 1; row = 0; next }
+        /^\(step time/ { cmp = 0; next }
+        cmp && NF >= 8 { row++; if (row != 2) print "policy", $1, $(NF-4), $(NF-3), $(NF-2); next }
+      ' | sort ;;
+    *) cat ;;
+  esac
+}
 
 generate_main "$@"

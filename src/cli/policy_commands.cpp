@@ -153,7 +153,8 @@ int cmd_policy_show(const PolicyShowArgs& a) {
 // --- mpt policy search ----------------------------------------------------
 
 struct PolicySearchArgs {
-  std::string model, budget, steps = "30", seeds = "2", dtype = "f16", scaler = "dynamic", gpu = "h100-sxm";
+  std::string model, budget, steps = "30", seeds = "2", dtype = "f16", scaler = "dynamic", gpu = "h100-sxm",
+                             depth = "0";
   bool compare = false, json = false;
 };
 
@@ -199,6 +200,7 @@ int cmd_policy_search(const PolicySearchArgs& a) {
     throw UsageError("--budget: " + mpt::cli::not_a_number(a.budget));
   o.steps = mpt::cli::whole_option("--steps", a.steps, 1, 100000);
   o.seeds = static_cast<int>(mpt::cli::whole_option("--seeds", a.seeds, 1, 64));
+  o.depth = static_cast<int>(mpt::cli::whole_option("--depth", a.depth, 0, 16));
   if (a.dtype != "f16" && a.dtype != "bf16")
     throw UsageError("--dtype: " + mpt::shown(a.dtype) +
                      " is not one the search lowers to; valid: f16, bf16");
@@ -231,6 +233,7 @@ int cmd_policy_search(const PolicySearchArgs& a) {
               {"budget", o.budget},
               {"steps", o.steps},
               {"seeds", o.seeds},
+              {"depth", o.depth},
               {"gpu", o.gpu},
               {"loss_limit", r.loss_limit},
               {"fp32", evaluation_json(r.fp32)},
@@ -243,9 +246,10 @@ int cmd_policy_search(const PolicySearchArgs& a) {
     return 0;
   }
   const auto out = mpt::cli::outcome_text;
-  std::cout << "policy search on the " << o.model << ": layers lowered to " << mpt::dtype_name(o.low)
-            << " one at a time, " << o.steps << " steps x " << o.seeds << " seeds per candidate, scaler "
-            << o.scaler << "\n"
+  std::cout << "policy search on the " << o.model << ": layers"
+            << (o.depth > 0 ? " (op paths cut to " + std::to_string(o.depth) + " segments)" : std::string())
+            << " lowered to " << mpt::dtype_name(o.low) << " one at a time, " << o.steps << " steps x "
+            << o.seeds << " seeds per candidate, scaler " << o.scaler << "\n"
             << "FP32 final loss " << out(r.fp32.mean_loss) << " (spread " << out(r.fp32.spread)
             << " over the seeds); budget " << out(o.budget) << " of it: a candidate may reach "
             << out(r.loss_limit) << "\n\n";
@@ -331,10 +335,18 @@ void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
   search->add_option("--gpu", b->gpu, "the cost model's GPU: h100-sxm, h200-sxm")
       ->capture_default_str()
       ->type_name("GPU");
+  search
+      ->add_option(
+          "--depth", b->depth,
+          "how finely the model is cut into layers: 0, every op path; D, the paths cut to their first "
+          "D segments (block0.attn.q is in block0.attn at 2, in block0 at 1): fewer candidates")
+      ->capture_default_str()
+      ->type_name("D");
   search->add_flag("--compare", b->compare,
                    "also measure O1, O2, O3, mixed_float16 and the task's rule of thumb");
   search->add_flag("--json", b->json,
-                   "the same as JSON: {\"model\", \"dtype\", \"budget\", \"steps\", \"seeds\", \"gpu\", "
+                   "the same as JSON: {\"model\", \"dtype\", \"scaler\", \"budget\", \"steps\", \"seeds\", "
+                   "\"depth\", \"gpu\", "
                    "\"loss_limit\", \"fp32\", \"layers\": [{\"path\", \"ops\", \"loss_change\", "
                    "\"grad_error\", \"loss_when_tried\", \"lowered\"}], \"policy\", \"found\", "
                    "\"evaluations\", \"compare\"}; an evaluation is {\"policy\", \"final_losses\", "

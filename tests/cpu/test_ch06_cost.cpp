@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mpt/core/cost_model.hpp"
+#include "mpt/core/path_pattern.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/nn/transformer.hpp"
 #include "mpt/train/policy_search.hpp"
@@ -259,4 +260,39 @@ TEST_CASE("policy search: bad options are one line naming the field") {
   o.low = DType::e4m3;
   CHECK_THROWS_WITH_AS(train::check_search_options(o), doctest::Contains("valid: f16, bf16"),
                        std::invalid_argument);
+}
+
+TEST_CASE("policy search: a depth cuts the op paths into coarser layers, each covering what is under it") {
+  train::SearchOptions o;
+  o.model = "transformer";
+  o.steps = 1;
+  o.seeds = 1;
+  std::vector<std::string> every;
+  for (const auto& l : train::searchable_layers(o)) every.push_back(l.first);
+  CHECK(std::find(every.begin(), every.end(), "block0.attn.q") != every.end());
+  o.depth = 1;
+  std::vector<std::string> blocks;
+  for (const auto& l : train::searchable_layers(o)) blocks.push_back(l.first);
+  CHECK(blocks == std::vector<std::string>{"tok_emb", "pos_emb", "embedding_sum", "block0", "block1", "ln_f",
+                                           "lm_head"});
+  o.depth = 2;
+  const auto two = train::searchable_layers(o);
+  const auto attn =
+      std::find_if(two.begin(), two.end(), [](const auto& l) { return l.first == "block0.attn"; });
+  REQUIRE(attn != two.end());
+  CHECK(attn->second.find("linear") != std::string::npos);  // its projections' op, gathered
+  CHECK(attn->second.find("scaled_dot_product_attention") != std::string::npos);
+  // every op path belongs to exactly one layer of the cut
+  for (const std::string& p : every) {
+    int covering = 0;
+    for (const auto& l : two) covering += PathPattern(l.first).covers(p) ? 1 : 0;
+    CAPTURE(p);
+    CHECK(covering == 1);
+  }
+  // lowering a block lowers everything under it
+  const auto policy = parse_policy_string(train::policy_for(blocks, {"block1"}, DType::f16)).make();
+  CHECK(policy->parameter_dtype("linear", "block1.attn.q") == DType::f16);
+  CHECK(policy->parameter_dtype("linear", "block0.attn.q") == DType::f32);
+  o.depth = 17;
+  CHECK_THROWS_WITH_AS(train::check_search_options(o), doctest::Contains("depth 17"), std::invalid_argument);
 }

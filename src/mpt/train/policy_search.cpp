@@ -98,6 +98,9 @@ void check_search_options(const SearchOptions& o) {
     search_refusal("steps " + std::to_string(o.steps) + " is not a whole number from 1 to 100000");
   if (o.seeds < 1 || o.seeds > 64)
     search_refusal("seeds " + std::to_string(o.seeds) + " is not a whole number from 1 to 64");
+  if (o.depth < 0 || o.depth > 16)
+    search_refusal("depth " + std::to_string(o.depth) +
+                   " is not a whole number from 0 to 16 (0: every op path; D: paths cut to D segments)");
   (void)gpu_spec(o.gpu);
   RunConfig c;
   c.model = o.model;
@@ -158,9 +161,19 @@ std::vector<std::pair<std::string, std::string>> searchable_layers(const SearchO
   std::vector<std::pair<std::string, std::string>> layers;
   for (const TraceEntry& t : trace.entries()) {
     if (t.phase != Phase::forward || t.path == "loss" || t.op == "cast" || t.op == "cached_cast") continue;
-    auto at = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.first == t.path; });
+    std::string path = t.path;
+    if (o.depth > 0) {  // the first D segments
+      std::size_t cut = std::string::npos, from = 0;
+      for (int d = 0; d < o.depth; ++d) {
+        cut = path.find('.', from);
+        if (cut == std::string::npos) break;
+        from = cut + 1;
+      }
+      if (cut != std::string::npos) path.resize(cut);
+    }
+    auto at = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.first == path; });
     if (at == layers.end()) {
-      layers.emplace_back(t.path, t.op);
+      layers.emplace_back(path, t.op);
     } else if (at->second.find(t.op) == std::string::npos) {
       at->second += ", " + t.op;
     }

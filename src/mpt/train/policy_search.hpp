@@ -16,7 +16,8 @@
 //      does not decide), G32 = the first step's gradient of the first seed.
 //   2. The layers: every path of M that runs an op in a traced FP32 step
 //      (the loss left out: it reads what arrives and returns FP32), in the
-//      order they run.
+//      order they run; with a depth D, those paths cut to D segments
+//      (SearchOptions::depth).
 //   3. Sensitivity of each layer p: the K runs with only p in D
 //      (f32+p=D): the loss change ΔL(p) = mean final loss − L32, and the
 //      gradient error ‖G(p) − G32‖ / ‖G32‖ of the first step (same weights,
@@ -49,12 +50,19 @@ struct SearchOptions {
   std::int64_t steps = 30;         ///< N: steps of every run
   int seeds = 2;                   ///< K: runs per candidate
   std::string gpu = "h100-sxm";    ///< the cost model's GPU (cost_model.hpp)
+  /// How finely step 2 cuts the model: 0, every op path is a layer of its
+  /// own; D >= 1, the op paths are cut to their first D segments and a
+  /// layer is each such prefix, with everything under it ("block0.attn.q"
+  /// belongs to "block0.attn" at depth 2, to "block0" at depth 1). A coarser
+  /// cut runs fewer candidates (two per layer): the Transformer's 29 op
+  /// paths are 12 layers at depth 2 and 6 at depth 1.
+  int depth = 0;
 };
 
 /// Throws std::invalid_argument (one line naming the field, the value and
 /// what is valid) unless the options can run: a known model, low f16 or
 /// bf16, a known scaler, 0 <= budget <= 10, 1 <= steps <= 100000, 1 <= seeds
-/// <= 64, a known GPU.
+/// <= 64, a known GPU, 0 <= depth <= 16.
 void check_search_options(const SearchOptions& o);
 
 /// The final loss of one run: the mean of its last kTail training losses
