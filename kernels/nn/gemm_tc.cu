@@ -172,6 +172,7 @@ __global__ void __launch_bounds__(kWarp)
   // Counted in tiles, not k0 += 16 while k0 < K: that last step would
   // overflow an int for K within 15 of INT_MAX (as in gemm_fp16.cu).
   const int tiles = K / kTile + (K % kTile != 0 ? 1 : 0);
+  //! [wmma-k-loop]
   for (int t = 0; t < tiles; ++t) {
     const long long k0 = static_cast<long long>(t) * kTile;
     if (kTransA) load_tile(as, a, k0, m0, K, M, lane);  // A stored [K, M]
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(kWarp)
     wmma::mma_sync(acc, fa, fb, acc);
     __syncwarp();  // the tiles are read before the next step overwrites them
   }
+  //! [wmma-k-loop]
 
   wmma::store_matrix_sync(cs, acc, kTile, wmma::mem_row_major);
   __syncwarp();
