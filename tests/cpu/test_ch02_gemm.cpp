@@ -207,3 +207,16 @@ TEST_CASE("gemm: operand errors are explicit") {
   CHECK_THROWS_WITH_AS(gemm(Tensor(DType::f16, {2, 3, 1}), Op::N, c, Op::N, DType::f16),
                        doctest::Contains("a matrix view needs a 1-D or 2-D tensor"), std::logic_error);
 }
+
+TEST_CASE("gemm: Eigen's product plans with fixed cache sizes, so every machine sums in the same order") {
+  // Eigen reads the caches from the CPU; its depth blocking follows the L1
+  // size, and with it the grouping of the k products of each output. After
+  // the library's first product the sizes are the fixed ones, whatever this
+  // CPU has (a machine with 48 KiB of L1 gave other bits in the chapters).
+  const MatrixF a = small_ints(3, 5, 2, 1), b = small_ints(5, 4, 2, 2);
+  (void)gemm(Tensor::from_f32(a.data(), {3, 5}, DType::f32), Op::N,
+             Tensor::from_f32(b.data(), {5, 4}, DType::f32), Op::N, DType::f32);
+  CHECK(Eigen::l1CacheSize() == 32 * 1024);
+  CHECK(Eigen::l2CacheSize() == 1024 * 1024);
+  CHECK(Eigen::l3CacheSize() == 32 * 1024 * 1024);
+}

@@ -31,11 +31,22 @@ inline std::string shape_string(Eigen::Index rows, Eigen::Index cols) {
   return shape_string(Shape{rows, cols});
 }
 
+/// Fixes the cache sizes Eigen's blocked product plans with (once per
+/// process; every call after the first does nothing). Eigen reads them from
+/// the CPU at run time, and its depth blocking (how many k a block sums
+/// before adding into C) follows the L1 size: on machines with different
+/// caches the same product sums in different groups and rounds differently.
+/// With the sizes fixed, every machine sums a product in the same order, so
+/// the chapters' generated numbers do not depend on the CPU they ran on.
+void fix_product_blocking();
+
 /// c = op(a) · op(b) with Eigen, c already of the product's size (a Map) or
 /// resizable (a Matrix). The one place the product is written, so the f32
-/// path and the FP64 reference multiply in the same way.
+/// path and the FP64 reference multiply in the same way, and in the same
+/// order on every machine (fix_product_blocking).
 template <class C, class A, class B>
 void multiply_into(C& c, const A& a, Op op_a, const B& b, Op op_b) {
+  fix_product_blocking();
   if (op_a == Op::N && op_b == Op::N) c.noalias() = a * b;
   else if (op_a == Op::N) c.noalias() = a * b.transpose();
   else if (op_b == Op::N) c.noalias() = a.transpose() * b;
