@@ -89,6 +89,97 @@ TEST_CASE("cost model: FLOPs of the matrix products, counted by hand") {
   CHECK(op_flops(entry(Phase::forward, "cast", {value("x", f32, {6, 5})}, {value("x", f16, {6, 5})})) == 0);
 }
 
+TEST_CASE("cost model: the products a step replays, by hand, and their FLOPs are op_flops") {
+  auto same = [](const MatrixProduct& p, const char* what, double count, std::int64_t m, std::int64_t n,
+                 std::int64_t k, bool ta, bool tb, DType d) {
+    CHECK_MESSAGE(p.what == what, p.what);
+    CHECK(p.count == count);
+    CHECK(p.m == m);
+    CHECK(p.n == n);
+    CHECK(p.k == k);
+    CHECK(p.a_transposed == ta);
+    CHECK(p.b_transposed == tb);
+    CHECK(p.dtype == d);
+  };
+  // linear x [6, 4], W [3, 4]: y = x Wᵀ (6 x 3 x 4, W read transposed);
+  // backward dx = dy W (6 x 4 x 3) and dW = dyᵀ x (3 x 4 x 6, dy read transposed).
+  const TraceEntry fwd =
+      entry(Phase::forward, "linear",
+            {value("x", f16, {6, 4}), value("weight", f16, {3, 4}), value("bias", f16, {3})},
+            {value("y", f16, {6, 3})});
+  std::vector<MatrixProduct> p = op_products(fwd);
+  REQUIRE(p.size() == 1);
+  same(p[0], "y", 1, 6, 3, 4, false, true, f16);
+  const TraceEntry bwd =
+      entry(Phase::backward, "linear",
+            {value("dy", f32, {6, 3}), value("x", f32, {6, 4}), value("weight", f32, {3, 4})},
+            {value("dx", f32, {6, 4}), value("weight.grad", f32, {3, 4}), value("bias.grad", f32, {3})});
+  p = op_products(bwd);
+  REQUIRE(p.size() == 2);
+  same(p[0], "dx", 1, 6, 4, 3, false, false, f32);
+  same(p[1], "dW", 1, 3, 4, 6, true, false, f32);
+  // The tied output layer calls its input's gradient "dh": still a product.
+  TraceEntry tied = bwd;
+  tied.outputs[0].name = "dh";
+  p = op_products(tied);
+  REQUIRE(p.size() == 2);
+  same(p[0], "dh", 1, 6, 4, 3, false, false, f32);
+  // The first layer of a network computes no dx: only dW.
+  TraceEntry first = bwd;
+  first.outputs.erase(first.outputs.begin());
+  p = op_products(first);
+  REQUIRE(p.size() == 1);
+  same(p[0], "dW", 1, 3, 4, 6, true, false, f32);
+  // attention q [2, 4, 8, 16], k [2, 4, 10, 16]: 8 heads of 8 x 10 x 16 and 8 x 16 x 10.
+  TraceEntry att = entry(Phase::forward, "scaled_dot_product_attention",
+                         {value("q", DType::bf16, {2, 4, 8, 16}), value("k", DType::bf16, {2, 4, 10, 16}),
+                          value("v", DType::bf16, {2, 4, 10, 16})},
+                         {value("out", DType::bf16, {2, 4, 8, 16})});
+  p = op_products(att);
+  REQUIRE(p.size() == 2);
+  same(p[0], "scores", 8, 8, 10, 16, false, true, DType::bf16);
+  same(p[1], "out", 8, 8, 16, 10, false, false, DType::bf16);
+  // conv2d y [2, 5, 4, 4], weight [5, 3, 3, 3]: 32 positions x 5 channels x 27.
+  const TraceEntry conv =
+      entry(Phase::forward, "conv2d", {value("x", f32, {2, 3, 6, 6}), value("weight", f32, {5, 3, 3, 3})},
+            {value("y", f32, {2, 5, 4, 4})});
+  p = op_products(conv);
+  REQUIRE(p.size() == 1);
+  same(p[0], "y", 1, 32, 5, 27, false, true, f32);
+  // Not a product: none.
+  CHECK(op_products(entry(Phase::forward, "gelu", {value("x", f16, {6, 5})}, {value("y", f16, {6, 5})}))
+            .empty());
+
+  // On every entry of the Transformer's step under three policies: the
+  // products' 2·count·m·n·k plus the bias terms is exactly op_flops, and a
+  // product's dtype is f16 exactly when the op runs on the tensor cores.
+  for (const char* policy : {"f32", "f16", "O1"}) {
+    const Trace t = transformer_trace(policy);
+    std::size_t products = 0;
+    for (const TraceEntry& e : t.entries()) {
+      const std::vector<MatrixProduct> ps = op_products(e);
+      if (ps.empty()) continue;
+      double f = 0;
+      for (const MatrixProduct& q : ps) {
+        f += 2 * q.count * static_cast<double>(q.m) * static_cast<double>(q.n) * static_cast<double>(q.k);
+        CHECK((q.dtype == f16) == (op_unit(e) == Unit::tensor_f16));
+        ++products;
+      }
+      double bias = 0;
+      if (e.op == "linear") {
+        const std::int64_t rows = e.phase == Phase::forward ? ps[0].m : ps.back().k;
+        const std::int64_t outs = e.phase == Phase::forward ? ps[0].n : ps.back().m;
+        bool has_bias = false;
+        for (const TracedValue& v : e.phase == Phase::forward ? e.inputs : e.outputs)
+          has_bias = has_bias || v.name == "bias" || v.name == "bias.grad";
+        if (has_bias) bias = static_cast<double>(rows * outs);
+      }
+      CHECK_MESSAGE(f + bias == op_flops(e), policy, " ", e.path, " ", e.op);
+    }
+    CHECK(products > 10);
+  }
+}
+
 TEST_CASE("cost model: the unit follows the multiplicands, the time is the roofline") {
   const auto lin = [](DType a, DType b) {
     return entry(Phase::forward, "linear", {value("x", a, {64, 64}), value("weight", b, {64, 64})},

@@ -3,7 +3,9 @@
 #include "mpt/core/cost_model.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "mpt/core/text.hpp"
 
@@ -53,52 +55,114 @@ bool is_matrix_product(const std::string& op) {
          op == "scaled_dot_product_attention";
 }
 
+MatrixProduct product(std::string what, double count, double m, double n, double k, bool ta, bool tb) {
+  MatrixProduct p;
+  p.what = std::move(what);
+  p.count = count;
+  p.m = static_cast<std::int64_t>(m);
+  p.n = static_cast<std::int64_t>(n);
+  p.k = static_cast<std::int64_t>(k);
+  p.a_transposed = ta;
+  p.b_transposed = tb;
+  return p;
+}
+
+bool has_output(const TraceEntry& e, std::string_view name) { return named(e.outputs, name) != nullptr; }
+
+// Each function below gives the products of one op, or nullopt when the
+// trace lacks the shapes they need (op_flops then counts the largest output).
+using Products = std::optional<std::vector<MatrixProduct>>;
+
 // linear: weight [N, K]; M = (elements of the activation) / K forward,
-// (elements of dy) / N backward.
-double linear_flops(const TraceEntry& e) {
+// (elements of dy) / N backward. The weight is stored [N, K] (PyTorch's
+// layout): y = x Wᵀ reads it transposed, dx = dy W as stored, and dW = dyᵀ x
+// reads dy transposed.
+Products linear_products(const TraceEntry& e) {
   const TracedValue* w = named(e.inputs, "weight");
-  if (w == nullptr || w->shape.size() != 2) return largest_output(e);
+  if (w == nullptr || w->shape.size() != 2 || e.inputs.empty()) return std::nullopt;
   const double n = static_cast<double>(w->shape[0]), k = static_cast<double>(w->shape[1]);
-  if (e.phase == Phase::forward) {
-    const double m = numel(e.inputs.front()) / k;
-    return 2 * m * n * k + (named(e.inputs, "bias") != nullptr ? m * n : 0);
-  }
+  if (e.phase == Phase::forward)
+    return std::vector<MatrixProduct>{product("y", 1, numel(e.inputs.front()) / k, n, k, false, true)};
   const double m = numel(e.inputs.front()) / n;  // dy [M, N]
-  double f = 0;
-  for (const TracedValue& o : e.outputs) f += o.name == "bias.grad" ? m * n : 2 * m * n * k;
-  return f;
+  // The input's gradient, whatever the layer calls it ("dx"; the tied
+  // output layer's "dh"), then the weight's; the bias gradient is no product.
+  std::vector<MatrixProduct> p;
+  for (const TracedValue& o : e.outputs)
+    if (o.name != "weight.grad" && o.name != "bias.grad")
+      p.push_back(product(o.name, 1, m, k, n, false, false));
+  if (has_output(e, "weight.grad")) p.push_back(product("dW", 1, n, k, m, true, false));
+  return p;
 }
 
-// conv2d: weight [C_out, C_in, kh, kw]; per output element C_in·kh·kw
-// multiply-adds, for y forward and for each of dx, dW backward.
-double conv_flops(const TraceEntry& e) {
+// conv2d: weight [C_out, C_in, kh, kw], as im2col products with the patch
+// P = C_in·kh·kw: forward y [N·H_out·W_out, C_out] = cols [.., P] · Wᵀ;
+// backward dcols = dy · W (C_out summed) and dW = dyᵀ · cols (the output
+// positions summed).
+Products conv_products(const TraceEntry& e) {
   const TracedValue* w = named(e.inputs, "weight");
-  if (w == nullptr || w->shape.size() != 4) return largest_output(e);
-  const double per = static_cast<double>(w->shape[1] * w->shape[2] * w->shape[3]);
-  if (e.phase == Phase::forward) return 2 * numel(e.outputs.front()) * per;
-  const double dy = numel(e.inputs.front());
-  double f = 0;
-  for (const TracedValue& o : e.outputs) f += o.name == "bias.grad" ? dy : 2 * dy * per;
-  return f;
+  if (w == nullptr || w->shape.size() != 4 || e.outputs.empty() || e.inputs.empty()) return std::nullopt;
+  const double out = static_cast<double>(w->shape[0]);
+  const double patch = static_cast<double>(w->shape[1] * w->shape[2] * w->shape[3]);
+  if (e.phase == Phase::forward)
+    return std::vector<MatrixProduct>{
+        product("y", 1, numel(e.outputs.front()) / out, out, patch, false, true)};
+  const double positions = numel(e.inputs.front()) / out;  // dy [N, C_out, H_out, W_out]
+  std::vector<MatrixProduct> p;
+  for (const TracedValue& o : e.outputs)
+    if (o.name != "weight.grad" && o.name != "bias.grad")
+      p.push_back(product(o.name, 1, positions, patch, out, false, false));
+  if (has_output(e, "weight.grad")) p.push_back(product("dW", 1, out, patch, positions, true, false));
+  return p;
 }
 
-// attention: q [B, H, L, D], k [B, H, S, D].
-double attention_flops(const TraceEntry& e) {
+// attention: q [B, H, L, D], k [B, H, S, D]; per (batch, head) QKᵀ [L, S]
+// and P V [L, D] forward, and four products of the same sizes backward.
+Products attention_products(const TraceEntry& e) {
   const TracedValue* q = named(e.inputs, "q");
   const TracedValue* k = named(e.inputs, "k");
-  if (q == nullptr || k == nullptr || q->shape.size() != 4 || k->shape.size() != 4) return largest_output(e);
-  const double bhld = numel(*q), s = static_cast<double>(k->shape[2]);
-  return (e.phase == Phase::forward ? 4 : 8) * bhld * s;
+  if (q == nullptr || k == nullptr || q->shape.size() != 4 || k->shape.size() != 4) return std::nullopt;
+  const double bh = static_cast<double>(q->shape[0] * q->shape[1]);
+  const double l = static_cast<double>(q->shape[2]), d = static_cast<double>(q->shape[3]);
+  const double s = static_cast<double>(k->shape[2]);
+  if (e.phase == Phase::forward)
+    return std::vector<MatrixProduct>{product("scores", bh, l, s, d, false, true),
+                                      product("out", bh, l, d, s, false, false)};
+  return std::vector<MatrixProduct>{
+      product("dv", bh, s, d, l, true, false), product("dP", bh, l, s, d, false, true),
+      product("dq", bh, l, d, s, false, false), product("dk", bh, s, d, l, true, false)};
 }
 
-// matmul/bmm: a [..., M, K] times b [..., K, N].
-double product_flops(const TraceEntry& e) {
-  if (e.inputs.size() < 2 || e.inputs[0].shape.size() < 2 || e.inputs[1].shape.empty())
-    return largest_output(e);
+// matmul/bmm forward: a [..., M, K] times b [..., K, N].
+Products matmul_products(const TraceEntry& e) {
+  if (e.inputs.size() < 2 || e.inputs[0].shape.size() < 2 || e.inputs[1].shape.empty()) return std::nullopt;
   const TracedValue& a = e.inputs[0];
   const double k = static_cast<double>(a.shape.back());
+  const double m = static_cast<double>(a.shape[a.shape.size() - 2]);
   const double n = static_cast<double>(e.inputs[1].shape.back());
-  return 2 * (numel(a) / k) * k * n;
+  return std::vector<MatrixProduct>{product("out", numel(a) / (m * k), m, n, k, false, false)};
+}
+
+Products products_of(const TraceEntry& e) {
+  if (e.op == "linear") return linear_products(e);
+  if (e.op == "conv2d") return conv_products(e);
+  if (e.op == "scaled_dot_product_attention") return attention_products(e);
+  if ((e.op == "matmul" || e.op == "bmm") && e.phase == Phase::forward) return matmul_products(e);
+  return std::nullopt;
+}
+
+// The FLOPs beside the products: a bias added (linear forward, M·N) or
+// summed into its gradient (linear and conv2d backward, one per dy element).
+double bias_flops(const TraceEntry& e) {
+  if (e.op == "linear") {
+    const TracedValue* w = named(e.inputs, "weight");
+    const double n = static_cast<double>(w->shape[0]), k = static_cast<double>(w->shape[1]);
+    if (e.phase == Phase::forward)
+      return named(e.inputs, "bias") != nullptr ? numel(e.inputs.front()) / k * n : 0;
+    return has_output(e, "bias.grad") ? numel(e.inputs.front()) : 0;
+  }
+  if (e.op == "conv2d" && e.phase == Phase::backward)
+    return has_output(e, "bias.grad") ? numel(e.inputs.front()) : 0;
+  return 0;
 }
 
 }  // namespace
@@ -123,13 +187,23 @@ std::string_view unit_name(Unit u) {
   return "fp32";
 }
 
+std::vector<MatrixProduct> op_products(const TraceEntry& e) {
+  Products p = products_of(e);
+  if (!p) return {};
+  const Unit u = op_unit(e);
+  const DType d = u == Unit::tensor_f16 || u == Unit::tensor_fp8 ? e.inputs.front().dtype : DType::f32;
+  for (MatrixProduct& m : *p) m.dtype = d;
+  return *p;
+}
+
 double op_flops(const TraceEntry& e) {
   if (e.op == "cast" || e.op == "cached_cast") return 0;
-  if (e.op == "linear") return linear_flops(e);
-  if (e.op == "conv2d") return conv_flops(e);
-  if (e.op == "scaled_dot_product_attention") return attention_flops(e);
-  if ((e.op == "matmul" || e.op == "bmm") && e.phase == Phase::forward) return product_flops(e);
-  return largest_output(e);
+  const Products p = products_of(e);
+  if (!p) return largest_output(e);
+  double f = bias_flops(e);
+  for (const MatrixProduct& m : *p)
+    f += 2 * m.count * static_cast<double>(m.m) * static_cast<double>(m.n) * static_cast<double>(m.k);
+  return f;
 }
 
 Unit op_unit(const TraceEntry& e) {

@@ -30,6 +30,7 @@
 //            which ops it puts on the tensor cores.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,33 @@ struct OpCost {
   double seconds = 0;            ///< max(bytes / bandwidth, flops / rate)
   bool memory_bound = true;      ///< bytes / bandwidth >= flops / rate
 };
+
+/// One matrix product C = op(A) · op(B), `count` times over (a batch, or
+/// batch × heads): op(A) is m × k, op(B) is k × n, both row-major; A is
+/// stored [m, k] (or [k, m] when a_transposed) and B [k, n] (or [n, k] when
+/// b_transposed), as the CUDA GEMMs take them (kernels/nn/nn_kernels.hpp).
+struct MatrixProduct {
+  std::string what;  ///< "y", "dW", "scores", "dq", ...; an input gradient by the trace's name ("dx", "dh")
+  double count = 1;  ///< how many products of this shape
+  std::int64_t m = 0, n = 0, k = 0;
+  bool a_transposed = false;
+  bool b_transposed = false;
+  DType dtype = DType::f32;  ///< the multiplicands' dtype (f32 unless op_unit puts it on tensor cores)
+};
+
+/// The matrix products an entry's arithmetic consists of (empty for every
+/// op that is not a matrix product, or one traced without the shapes):
+///   linear    forward y = x Wᵀ (m = rows of x, n = out, k = in);
+///             backward dx = dy W and dW = dyᵀ x (for the outputs it wrote;
+///             the input's gradient under its traced name)
+///   conv2d    the im2col products: forward y (m = N·H_out·W_out, n = C_out,
+///             k = C_in·kh·kw); backward dx's columns and dW
+///   attention per (batch, head): forward scores = q kᵀ and out = P v;
+///             backward dv = Pᵀ dout, dP = dout vᵀ, dq = dS k, dk = dSᵀ q
+///   matmul, bmm  forward, a [..., m, k] times b [..., k, n]
+/// op_flops() counts 2·count·m·n·k for each of them (plus the bias terms):
+/// the replay of a step on a GPU (bench_ch06_presets_cuda) runs exactly these.
+std::vector<MatrixProduct> op_products(const TraceEntry& e);
 
 /// The FLOPs of one trace entry (file comment); 0 for casts.
 double op_flops(const TraceEntry& e);
