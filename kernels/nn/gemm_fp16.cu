@@ -1,6 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GEMM of the MLP in
 // mixed precision, fp16 inputs with FP32 accumulation (tensor cores come in
-// Chapter 6; these kernels use plain FMA units).
+// Chapter 6; these kernels use plain FMA units); Chapter 06 adds gemm_f32,
+// the same kernels with FP32 inputs.
 // Depends on: mpt/round_element.hpp (fp32 -> fp16 for the fp16 output, the
 // CPU's rounding), mpt/codes.hpp (Fp16Code), kernels/nn/nn_kernels.hpp, cuda_check.cuh, cuda_fp16.h (fp16 ->
 // fp32, exact).
@@ -14,6 +15,14 @@
 // CPU loop, which is what tests/cuda/test_ch02_gemm.cu checks (besides the
 // order-independent error bound a future split-K or tensor-core version
 // would be held to).
+//
+// gemm_f32 (Chapter 6) is the same two kernels with FP32 inputs: the matmul
+// a policy keeps in f32 runs on the CUDA cores (PyTorch's default,
+// torch.backends.cuda.matmul.allow_tf32 = False), and the replay of a
+// preset's step (tests/bench/bench_ch06_presets_cuda.cpp) times it beside
+// the tensor-core GEMM. A product of two floats is not exact in FP32, so
+// there the FMA differs from acc += a * b: the GPU test holds it bit for bit
+// to a CPU loop acc = std::fma(a, b, acc) in the order k = 0..K-1.
 #include <cuda_fp16.h>
 
 #include <stdexcept>
@@ -46,17 +55,20 @@ static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) && alignof(Fp16Code) == 
 const std::uint16_t* raw(const Fp16Code* p) { return reinterpret_cast<const std::uint16_t*>(p); }
 std::uint16_t* raw(Fp16Code* p) { return reinterpret_cast<std::uint16_t*>(p); }
 float* raw(float* p) { return p; }
+const float* raw(const float* p) { return p; }
 
-__device__ __forceinline__ float h2f(std::uint16_t code) { return __half2float(__ushort_as_half(code)); }
+// An input element widened to FP32: an fp16 code exactly, a float as it is.
+__device__ __forceinline__ float widen(std::uint16_t code) { return __half2float(__ushort_as_half(code)); }
+__device__ __forceinline__ float widen(float x) { return x; }
 
 // op(A)[m][k] and op(B)[k][n] for either storage.
-template <bool kTransA>
-__device__ __forceinline__ float a_at(const std::uint16_t* __restrict__ a, int m, int k, int M, int K) {
-  return h2f(kTransA ? a[static_cast<std::size_t>(k) * M + m] : a[static_cast<std::size_t>(m) * K + k]);
+template <bool kTransA, class In>
+__device__ __forceinline__ float a_at(const In* __restrict__ a, int m, int k, int M, int K) {
+  return widen(kTransA ? a[static_cast<std::size_t>(k) * M + m] : a[static_cast<std::size_t>(m) * K + k]);
 }
-template <bool kTransB>
-__device__ __forceinline__ float b_at(const std::uint16_t* __restrict__ b, int k, int n, int K, int N) {
-  return h2f(kTransB ? b[static_cast<std::size_t>(n) * K + k] : b[static_cast<std::size_t>(k) * N + n]);
+template <bool kTransB, class In>
+__device__ __forceinline__ float b_at(const In* __restrict__ b, int k, int n, int K, int N) {
+  return widen(kTransB ? b[static_cast<std::size_t>(n) * K + k] : b[static_cast<std::size_t>(k) * N + n]);
 }
 
 __device__ __forceinline__ void store(float* c, std::size_t i, float v) { c[i] = v; }
@@ -72,9 +84,9 @@ __device__ __forceinline__ void store(std::uint16_t* c, std::size_t i, float v) 
 // The output index is computed in 64 bits: for N within 15 of INT_MAX the
 // last column block reaches past INT_MAX, which in int would wrap negative
 // and pass the bounds check.
-template <bool kTransA, bool kTransB, class Out>
-__global__ void gemm_naive(const std::uint16_t* __restrict__ a, const std::uint16_t* __restrict__ b,
-                           Out* __restrict__ c, int M, int N, int K) {
+template <bool kTransA, bool kTransB, class In, class Out>
+__global__ void gemm_naive(const In* __restrict__ a, const In* __restrict__ b, Out* __restrict__ c, int M,
+                           int N, int K) {
   const long long n64 = static_cast<long long>(blockIdx.x) * kTile + threadIdx.x;
   const long long m64 = static_cast<long long>(blockIdx.y) * kTile + threadIdx.y;
   if (m64 >= M || n64 >= N) return;
@@ -93,13 +105,15 @@ __global__ void gemm_naive(const std::uint16_t* __restrict__ a, const std::uint1
 // Loads are coalesced for every storage: consecutive threads (tx) read
 // consecutive addresses — along k for A [M,K] and B [N,K], along m or n for
 // A [K,M] and B [K,N] — and the +1 column of padding keeps the transposed
-// shared-memory writes free of bank conflicts. Out-of-range entries are
-// loaded as 0, so the extra terms are fmaf(0, 0, acc) = acc exactly (acc is
-// never -0: it starts at +0 and x + y is -0 in round-to-nearest only when
-// both are), and the sum order stays k = 0..K-1: the same bits as version 1.
-template <bool kTransA, bool kTransB, class Out>
-__global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint16_t* __restrict__ b,
-                           Out* __restrict__ c, int M, int N, int K) {
+// shared-memory writes free of bank conflicts. Out-of-range entries of A
+// are loaded as +0 and of B as -0, so past k = K-1 the extra terms are
+// fmaf(+0, -0, acc): the exact product is -0, and acc + (-0) is acc for every
+// acc, -0 included (an FP32 sum can reach -0: a product of two floats that
+// underflows to -0 is summed from +0 as -0; with fp16 inputs it cannot).
+// The sum order stays k = 0..K-1: the same bits as version 1.
+template <bool kTransA, bool kTransB, class In, class Out>
+__global__ void gemm_tiled(const In* __restrict__ a, const In* __restrict__ b, Out* __restrict__ c, int M,
+                           int N, int K) {
   __shared__ float as[kTile][kTile + 1];  // as[i][kk] = op(A)[m0 + i][k0 + kk]
   __shared__ float bs[kTile][kTile + 1];  // bs[kk][j] = op(B)[k0 + kk][n0 + j]
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -124,7 +138,7 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
       const int kk = kTransB ? tx : ty, j = kTransB ? ty : tx;
       const int k = k0 + kk;
       const long long n = n0 + j;
-      bs[kk][j] = (k < K && n < N) ? b_at<kTransB>(b, k, static_cast<int>(n), K, N) : 0.0f;
+      bs[kk][j] = (k < K && n < N) ? b_at<kTransB>(b, k, static_cast<int>(n), K, N) : -0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -135,39 +149,38 @@ __global__ void gemm_tiled(const std::uint16_t* __restrict__ a, const std::uint1
   if (m < M && n < N) store(c, static_cast<std::size_t>(m) * N + static_cast<std::size_t>(n), acc);
 }
 
-template <class Out>
-void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a, const std::uint16_t* d_b,
+template <class In, class Out>
+void launch(const char* where, Trans ta, Trans tb, int M, int N, int K, const In* d_a, const In* d_b,
             Out* d_c, GemmVersion v) {
-  const char* where = "gemm_fp16";
+  const std::string name = std::string("mpt::cuda::") + where;
   if (M < 0 || N < 0 || K < 0)
-    throw std::invalid_argument("mpt::cuda::gemm_fp16: negative size (M=" + std::to_string(M) +
+    throw std::invalid_argument(name + ": negative size (M=" + std::to_string(M) +
                                 ", N=" + std::to_string(N) + ", K=" + std::to_string(K) + ")");
   if (v != GemmVersion::naive && v != GemmVersion::tiled)
-    throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown GemmVersion (choices: naive, tiled)");
+    throw std::invalid_argument(name + ": unknown GemmVersion (choices: naive, tiled)");
   if ((ta != Trans::no && ta != Trans::yes) || (tb != Trans::no && tb != Trans::yes))
-    throw std::invalid_argument("mpt::cuda::gemm_fp16: unknown Trans (choices: no, yes)");
+    throw std::invalid_argument(name + ": unknown Trans (choices: no, yes)");
   if (M == 0 || N == 0) return;
   // Block counts in 64 bits: M + kTile - 1 in int overflows for M (or N)
   // within 15 of INT_MAX. 2^31 / 16 = 2^27 column blocks fit grid x easily.
   const long long gx = (static_cast<long long>(N) + kTile - 1) / kTile;
   const long long gy = (static_cast<long long>(M) + kTile - 1) / kTile;
   if (gy > 65535)
-    throw std::length_error("mpt::cuda::gemm_fp16: M=" + std::to_string(M) +
-                            " needs more than 65535 row blocks");
+    throw std::length_error(name + ": M=" + std::to_string(M) + " needs more than 65535 row blocks");
   const dim3 grid(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy));
   const dim3 block(kTile, kTile);
   const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
   auto go = [&](auto kernel) { kernel<<<grid, block>>>(d_a, d_b, d_c, M, N, K); };
   if (v == GemmVersion::naive) {
-    if (!tA && !tB) go(gemm_naive<false, false, Out>);
-    else if (!tA && tB) go(gemm_naive<false, true, Out>);
-    else if (tA && !tB) go(gemm_naive<true, false, Out>);
-    else go(gemm_naive<true, true, Out>);
+    if (!tA && !tB) go(gemm_naive<false, false, In, Out>);
+    else if (!tA && tB) go(gemm_naive<false, true, In, Out>);
+    else if (tA && !tB) go(gemm_naive<true, false, In, Out>);
+    else go(gemm_naive<true, true, In, Out>);
   } else {
-    if (!tA && !tB) go(gemm_tiled<false, false, Out>);
-    else if (!tA && tB) go(gemm_tiled<false, true, Out>);
-    else if (tA && !tB) go(gemm_tiled<true, false, Out>);
-    else go(gemm_tiled<true, true, Out>);
+    if (!tA && !tB) go(gemm_tiled<false, false, In, Out>);
+    else if (!tA && tB) go(gemm_tiled<false, true, In, Out>);
+    else if (tA && !tB) go(gemm_tiled<true, false, In, Out>);
+    else go(gemm_tiled<true, true, In, Out>);
   }
   detail::check_launch(where);
 }
@@ -176,12 +189,17 @@ void launch(Trans ta, Trans tb, int M, int N, int K, const std::uint16_t* d_a, c
 
 void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b, float* d_c,
                GemmVersion v) {
-  launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
+  launch("gemm_fp16", ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
 }
 
 void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b,
                Fp16Code* d_c, GemmVersion v) {
-  launch(ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
+  launch("gemm_fp16", ta, tb, M, N, K, raw(d_a), raw(d_b), raw(d_c), v);
+}
+
+void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const float* d_b, float* d_c,
+              GemmVersion v) {
+  launch("gemm_f32", ta, tb, M, N, K, d_a, d_b, d_c, v);
 }
 
 }  // namespace mpt::cuda

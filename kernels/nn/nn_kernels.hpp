@@ -60,6 +60,17 @@ void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, con
 void gemm_fp16(Trans ta, Trans tb, int M, int N, int K, const Fp16Code* d_a, const Fp16Code* d_b,
                Fp16Code* d_c, GemmVersion v = GemmVersion::tiled);
 
+/// The same GEMM with FP32 inputs, on the CUDA cores (Chapter 6: the matmul
+/// a policy keeps in f32, as PyTorch runs it with
+/// torch.backends.cuda.matmul.allow_tf32 = False). Same shapes, storage,
+/// versions and errors as gemm_fp16. Each output is
+///   acc = +0; for k = 0..K-1: acc = fma(op(A)[m][k], op(B)[k][n], acc)
+/// so it equals bit for bit a CPU loop of std::fma in that order (NaN
+/// payloads aside); a product of two floats is not exact, so it is not the
+/// loop acc += a * b. Queued.
+void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const float* d_b, float* d_c,
+              GemmVersion v = GemmVersion::tiled);
+
 // --- BatchNorm and LayerNorm with FP32 statistics (kernels/nn/norms.cu) ------------
 //
 // The computations of mpt::BatchNorm and mpt::LayerNorm (Chapter 3) on the

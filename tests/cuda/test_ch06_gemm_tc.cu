@@ -1,6 +1,7 @@
 // Chapter 06 — per-task precision policies: the tensor-core GEMM
-// (kernels/nn/gemm_tc.cu), fp16 and bf16 inputs, FP32 output, against
-// naive CPU references written here.
+// (kernels/nn/gemm_tc.cu), fp16 and bf16 inputs, FP32 output, and the FP32
+// CUDA-core GEMM gemm_f32 (kernels/nn/gemm_fp16.cu), against naive CPU
+// references written here.
 // Depends on: mpt (round_element.hpp: fp16 and bf16 encode and decode,
 // codes.hpp), mpt::kernels (kernels/nn/nn_kernels.hpp), gpu_test_support.hpp.
 // Without a usable GPU it exits 77 (CTest: Skipped).
@@ -286,7 +287,82 @@ void check_specials(Trans ta, Trans tb, std::mt19937_64& rng) {
   }
 }
 
+/// gemm_f32 (kernels/nn/gemm_fp16.cu) against the CPU loop its header
+/// promises, bit for bit: acc = std::fma(a, b, acc), k = 0..K-1, from +0.
+/// The values are normal(0, 1) scaled by 2^e, e uniform in [-20, 20], so
+/// the products are not exact in FP32 (a loop of acc += a * b rounds twice
+/// and differs). Row 0 of op(A) is -2^-80 and column 0 of op(B) 2^-80 when
+/// the shape has a row and a column: every product of C[0][0] underflows
+/// to -0, so C[0][0] is -0, which a kernel that pads the last k-tile with
+/// +0 · +0 turns into +0 (K not a multiple of 16).
+void check_f32_case(const Shape& s, Trans ta, Trans tb, mpt::cuda::GemmVersion v, std::mt19937_64& rng) {
+  const bool tA = ta == Trans::yes, tB = tb == Trans::yes;
+  std::vector<float> a(static_cast<std::size_t>(s.M) * s.K), b(static_cast<std::size_t>(s.K) * s.N);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (float& x : a) x = std::ldexp(normal(rng), exponent(rng));
+  for (float& x : b) x = std::ldexp(normal(rng), exponent(rng));
+  // op(A)[m][k] and op(B)[k][n] in their storage.
+  auto ai = [&](int m, int k) {
+    return tA ? static_cast<std::size_t>(k) * s.M + m : static_cast<std::size_t>(m) * s.K + k;
+  };
+  auto bi = [&](int k, int n) {
+    return tB ? static_cast<std::size_t>(n) * s.K + k : static_cast<std::size_t>(k) * s.N + n;
+  };
+  if (s.M > 0 && s.N > 0 && s.K > 0)
+    for (int k = 0; k < s.K; ++k) {
+      a[ai(0, k)] = -std::ldexp(1.0f, -80);
+      b[bi(k, 0)] = std::ldexp(1.0f, -80);
+    }
+  const std::size_t mn = static_cast<std::size_t>(s.M) * s.N;
+  std::vector<float> want(mn);
+  std::size_t inexact = 0;
+  for (int m = 0; m < s.M; ++m)
+    for (int n = 0; n < s.N; ++n) {
+      float acc = 0.0f, plain = 0.0f;
+      for (int k = 0; k < s.K; ++k) {
+        acc = std::fma(a[ai(m, k)], b[bi(k, n)], acc);
+        volatile float p = a[ai(m, k)] * b[bi(k, n)];  // rounded on its own, not fused
+        plain += p;
+      }
+      want[static_cast<std::size_t>(m) * s.N + n] = acc;
+      inexact += bits(acc) != bits(plain);
+    }
+  // The premises: the fused loop is not the plain one here, and C[0][0] is -0.
+  if (s.K > 16 && mn > 16) REQUIRE(inexact > 0);
+  if (s.M > 0 && s.N > 0 && s.K > 0) REQUIRE(bits(want[0]) == 0x80000000u);
+  for (unsigned char poison : mpt::test::kPoisonBytes) {
+    char label[160];
+    std::snprintf(label, sizeof label, "f32 %s M=%d N=%d K=%d op(A)%s op(B)%s, poison %#x",
+                  v == mpt::cuda::GemmVersion::naive ? "naive" : "tiled", s.M, s.N, s.K, tA ? "^T" : "",
+                  tB ? "^T" : "", poison);
+    DeviceArray<float> d_a(a), d_b(b), d_c(mn + 7);
+    d_c.poison(poison);
+    mpt::cuda::gemm_f32(ta, tb, s.M, s.N, s.K, d_a.get(), d_b.get(), d_c.get(), v);
+    const std::vector<float> c = d_c.download();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < mn; ++i)
+      if (bits(c[i]) != bits(want[i]) && bad++ < 5)
+        std::printf("%s: C[%zu][%zu] want %a got %a\n", label, i / s.N, i % s.N, want[i], c[i]);
+    bad += guards_written(c, mn, poison, label);
+    CHECK_MESSAGE(bad == 0, label, ": ", bad,
+                  " outputs differ from the CPU's std::fma loop or guards written");
+  }
+}
+
 }  // namespace
+
+TEST_CASE("gemm_f32: bit for bit a CPU std::fma loop, -0 kept, every shape and storage, both versions") {
+  std::mt19937_64 rng(606);
+  for (const auto v : {mpt::cuda::GemmVersion::naive, mpt::cuda::GemmVersion::tiled})
+    for (Trans ta : {Trans::no, Trans::yes})
+      for (Trans tb : {Trans::no, Trans::yes})
+        for (const Shape& s : kShapes) check_f32_case(s, ta, tb, v, rng);
+  DeviceArray<float> x(4);
+  CHECK_THROWS_AS(mpt::cuda::gemm_f32(Trans::no, Trans::no, -1, 2, 2, x.get(), x.get(), x.get()),
+                  std::invalid_argument);
+  CHECK_NOTHROW(mpt::cuda::synchronize());
+}
 
 TEST_CASE("gemm_tc: small integers are exact, every shape and storage, fp16 and bf16") {
   check_all_shapes<Fp16In>(Inputs::small_integers, mpt::test::test_seed());
