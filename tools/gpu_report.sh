@@ -216,6 +216,14 @@ for b in "$bin"/bench_*_cuda; do
 done
 # The lines that carry the figures, for the summary.
 grep -hE 'GB/s|TFLOP|x memcpy|roofline' "$out/bench.log" | head -40 | tee -a "$report" >/dev/null
+# Chapter 6's presets: the whole table (each preset's replayed step beside
+# the cost model's estimate).
+if grep -q '^=== bench_ch06_presets_cuda' "$out/bench.log"; then
+  say ""
+  say "### Chapter 6: each preset's Transformer step, replayed (bench_ch06_presets_cuda)"
+  awk '/^=== bench_ch06_presets_cuda/ {on = 1; next} /^=== / {on = 0} on' "$out/bench.log" | head -40 |
+    tee -a "$report" >/dev/null
+fi
 
 # --- PyTorch on the same operations -----------------------------------------------------------
 say ""
