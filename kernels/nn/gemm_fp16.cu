@@ -55,7 +55,6 @@ static_assert(sizeof(Fp16Code) == sizeof(std::uint16_t) && alignof(Fp16Code) == 
 const std::uint16_t* raw(const Fp16Code* p) { return reinterpret_cast<const std::uint16_t*>(p); }
 std::uint16_t* raw(Fp16Code* p) { return reinterpret_cast<std::uint16_t*>(p); }
 float* raw(float* p) { return p; }
-const float* raw(const float* p) { return p; }
 
 // An input element widened to FP32: an fp16 code exactly, a float as it is.
 __device__ __forceinline__ float widen(std::uint16_t code) { return __half2float(__ushort_as_half(code)); }

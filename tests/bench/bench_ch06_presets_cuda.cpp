@@ -37,6 +37,10 @@
 //                                 only, two presets (the CTest smoke run);
 //                                 otherwise, or without N, both models and
 //                                 every preset
+//   bench_ch06_presets_cuda --plan   no GPU needed: what each replay would
+//                                 launch (copies, GEMMs by unit), and the
+//                                 cost model's estimates, for both models
+//                                 and every preset (a CTest check runs it)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -186,10 +190,65 @@ void run(const Replay& r, const Operands& o, bool products_only) {
   }
 }
 
+/// The models of the table: the chapter's Transformer, and (unless small)
+/// the wider one.
+std::vector<Model> models_of(bool small) {
+  std::vector<Model> models;
+  // As `mpt trace --model transformer` and ch06_numbers build it.
+  models.push_back(
+      {"the chapter's Transformer (V 96, D 64, 4 heads, 2 blocks), batch 4 x 8 tokens", {}, 4, 8});
+  if (!small) {
+    Model wide{"a wider Transformer (V 2048, D 256, 4 heads, 2 blocks), batch 8 x 128 tokens", {}, 8, 128};
+    wide.config.vocab_size = 2048;
+    wide.config.d_model = 256;
+    wide.config.context = 128;
+    models.push_back(wide);
+  }
+  return models;
+}
+
+std::vector<std::string> presets_of(bool small) {
+  if (small) return {"O0", "O1"};
+  return {"O0",
+          "O1",
+          "O2",
+          "O3",
+          "mixed_float16",
+          "mixed_bfloat16",
+          "autocast:cuda:f16",
+          "autocast:cuda:bf16",
+          "jmp:half"};
+}
+
+/// --plan: each replay's launches by kind, and the estimates, on the CPU.
+int plan() {
+  const mpt::GpuSpec& gpu = mpt::gpu_spec("h200-sxm");
+  std::printf("the replay of each preset's traced step, and the cost model's estimate on %s\n",
+              std::string(gpu.name).c_str());
+  for (const Model& m : models_of(false)) {
+    std::printf("\n%s\n%-20s %8s %8s %8s %8s %12s %12s\n", m.name, "preset", "copies", "f32 GEMM", "f16 GEMM",
+                "bf16 GEMM", "products us", "step us");
+    for (const std::string& p : presets_of(false)) {
+      const Replay r = replay_of(traced_step(m, p), gpu);
+      std::size_t copies = 0, f32 = 0, f16 = 0, bf16 = 0;
+      for (const Launch& l : r.launches) {
+        if (!l.gemm) ++copies;
+        else if (l.product.dtype == mpt::DType::f16) ++f16;
+        else if (l.product.dtype == mpt::DType::bf16) ++bf16;
+        else ++f32;
+      }
+      std::printf("%-20s %8zu %8zu %8zu %8zu %12.2f %12.2f\n", p.c_str(), copies, f32, f16, bf16,
+                  r.model_products_s * 1e6, r.model_step_s * 1e6);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::program_name = "bench_ch06_presets_cuda";
+  if (argc > 1 && std::string(argv[1]) == "--plan") return plan();
   std::string why;
   if (!mpt::cuda::device_available(&why)) {
     std::printf("SKIPPED bench_ch06_presets_cuda: %s\n", why.c_str());
@@ -217,29 +276,8 @@ int main(int argc, char** argv) {
       "its bytes; ms measured here (median of 21), us the cost model's roofline for the same ops;\n"
       "floor = launches x one 4-byte copy, measured in this run\n");
 
-  std::vector<Model> models;
-  {
-    // As `mpt trace --model transformer` and ch06_numbers build it.
-    models.push_back(
-        {"the chapter's Transformer (V 96, D 64, 4 heads, 2 blocks), batch 4 x 8 tokens", {}, 4, 8});
-    if (!small) {
-      Model wide{"a wider Transformer (V 2048, D 256, 4 heads, 2 blocks), batch 8 x 128 tokens", {}, 8, 128};
-      wide.config.vocab_size = 2048;
-      wide.config.d_model = 256;
-      wide.config.context = 128;
-      models.push_back(wide);
-    }
-  }
-  const std::vector<std::string> presets =
-      small ? std::vector<std::string>{"O0", "O1"} : std::vector<std::string>{"O0",
-                                                                              "O1",
-                                                                              "O2",
-                                                                              "O3",
-                                                                              "mixed_float16",
-                                                                              "mixed_bfloat16",
-                                                                              "autocast:cuda:f16",
-                                                                              "autocast:cuda:bf16",
-                                                                              "jmp:half"};
+  const std::vector<Model> models = models_of(small);
+  const std::vector<std::string> presets = presets_of(small);
 
   for (const Model& m : models) {
     std::vector<Replay> replays;
