@@ -4,7 +4,7 @@
 
 #   cmake -DGRADER=exe -DEXPECT=none|full|below|partial|naive [-DARGS=a;b]
 #         [-DONLY=1.2] [-DNOT_IMPLEMENTED=ON] [-DREQUIRE_REGEX=re]
-#         [-DLAUNCHER=mpiexec|-n|2] -P check_grader.cmake
+#         [-DLAUNCHER=mpiexec|-n|2] [-DSCORES=2.1=7/22|2.2=8/25] -P check_grader.cmake
 # none: 0 points for every exercise; full: all points; below: less than full
 # for every exercise; partial: more than 0 and less than full for every
 # exercise; naive: more than 0 and at most a third of the points for every
@@ -14,6 +14,8 @@
 # stub's "exercise N.M not implemented"; a diagnose exercise (its title
 # starts "diagnose: ") ships a broken body that runs, so it must score 0
 # without that message: the shipped bug fails every one of its test cases.
+# SCORES ('|' between them): exact scores this variant must print, so that a
+# change of weights or of what a near miss passes shows in CI.
 # LAUNCHER ('|' between its words): the command the grader runs under
 # (Chapter 5's graders run under mpiexec; rank 0 alone prints).
 foreach(v GRADER EXPECT)
@@ -52,6 +54,13 @@ foreach(line IN LISTS lines)
   set(got ${CMAKE_MATCH_2})
   set(max ${CMAKE_MATCH_3})
   list(APPEND seen ${id})
+  string(REPLACE "|" ";" pinned "${SCORES}")
+  foreach(pin IN LISTS pinned)
+    string(REGEX MATCH "^([0-9]+\\.[0-9]+)=([0-9]+/[0-9]+)$" _ "${pin}")
+    if(CMAKE_MATCH_1 STREQUAL "${id}" AND NOT "${got}/${max}" STREQUAL "${CMAKE_MATCH_2}")
+      list(APPEND problems "exercise ${id}: ${got}/${max}, pinned at ${CMAKE_MATCH_2} (SCORES)")
+    endif()
+  endforeach()
   if(max EQUAL 0)
     list(APPEND problems "exercise ${id} ran no test case")
   elseif(EXPECT STREQUAL "none" AND NOT got EQUAL 0)
@@ -77,6 +86,17 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
+string(REPLACE "|" ";" pinned "${SCORES}")
+foreach(pin IN LISTS pinned)
+  if(NOT pin MATCHES "^([0-9]+\\.[0-9]+)=[0-9]+/[0-9]+$")
+    list(APPEND problems "SCORES entry '${pin}' is not ID=GOT/MAX")
+  else()
+    list(FIND seen "${CMAKE_MATCH_1}" at)
+    if(at EQUAL -1)
+      list(APPEND problems "SCORES pins exercise ${CMAKE_MATCH_1}, which was not scored")
+    endif()
+  endif()
+endforeach()
 if(ONLY)
   if(NOT seen STREQUAL "${ONLY}")
     list(APPEND problems "expected only exercise(s) ${ONLY} to run, saw: ${seen}")

@@ -11,7 +11,9 @@
 #     [LINK target...]                 more libraries for the graders (mpt::dist_mpi)
 #     [LAUNCHER cmd...]                how every grader is run (mpiexec -n 2 ...)
 #     [PROCESSORS n] [TIMEOUT s]       CTest's properties of every grader run
-#     [NAIVE_AT_MOST_THIRD])           the near misses score at most a third, each exercise
+#     [NAIVE_AT_MOST_THIRD]            the near misses score at most a third, each exercise
+#     [SCORES variant:id=got/max ...]) each score pinned exactly: variant is near_misses
+#                                      or trivial_<name> (a re-weighting shows in CI)
 #
 # The chapter folder must hold exNN.hpp, student/exNN.cpp (the stubs and
 # the diagnose exercises' broken bodies),
@@ -34,7 +36,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/grader.cmake)
 set(MPT_EXERCISE_KIT_CHECKS_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 function(mpt_exercise_checks NN)
-  cmake_parse_arguments(C "NAIVE_AT_MOST_THIRD" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX;PROCESSORS;TIMEOUT" "EXERCISES;LINK;LAUNCHER" ${ARGN})
+  cmake_parse_arguments(C "NAIVE_AT_MOST_THIRD" "ONE;HIDDEN_EXAMPLE;HIDDEN_REGEX;PROCESSORS;TIMEOUT" "EXERCISES;LINK;LAUNCHER;SCORES" ${ARGN})
   set(ex ${CMAKE_CURRENT_SOURCE_DIR})
   set(kit ${MPT_EXERCISE_KIT_CHECKS_DIR})
   set(ch ch${NN})
@@ -84,10 +86,23 @@ function(mpt_exercise_checks NN)
   # A grader run takes under a second (a chapter that runs it under
   # mpiexec gives its own TIMEOUT); 300 s. A handout check builds the
   # handout twice (about 25 s here); 600 s.
+  # The pinned scores of one variant (SCORES), '|' between them.
+  function(_mpt_pinned VARIANT OUT)
+    set(pins "")
+    foreach(s IN LISTS C_SCORES)
+      if(s MATCHES "^${VARIANT}:(.+)$")
+        list(APPEND pins "${CMAKE_MATCH_1}")
+      endif()
+    endforeach()
+    string(REPLACE ";" "|" pins "${pins}")
+    set(${OUT} "${pins}" PARENT_SCOPE)
+  endfunction()
   function(_mpt_exercise_check NAME GRADER EXPECT)
+    string(REGEX REPLACE "^grader_${ch}_" "" variant "${GRADER}")
+    _mpt_pinned(${variant} pins)
     add_test(NAME ${NAME}
       COMMAND ${CMAKE_COMMAND} -DGRADER=$<TARGET_FILE:${GRADER}> -DEXPECT=${EXPECT} ${ARGN}
-              "-DLAUNCHER=${launcher}" -P ${kit}/check_grader.cmake)
+              "-DLAUNCHER=${launcher}" "-DSCORES=${pins}" -P ${kit}/check_grader.cmake)
     set_tests_properties(${NAME} PROPERTIES LABELS "${labels}" TIMEOUT ${C_TIMEOUT} PROCESSORS ${C_PROCESSORS})
   endfunction()
 

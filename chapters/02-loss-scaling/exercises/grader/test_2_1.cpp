@@ -94,7 +94,8 @@ TEST_SUITE("exercise-2.1") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.1 the scale never grows to infinity: at FP32's top it stays, and the count restarts") {
+  TEST_CASE(
+      "2.1 the scale never grows to infinity: at FP32's top it stays, and the count restarts [8 points]") {
     Mismatches m;
     const float tops[] = {FLT_MAX,  0x1p127f,        0x1.8p127f,     std::nextafter(0x1p127f, 0.0f),
                           0x1p126f, 0x1.fffffep126f, 0x1.000002p127f};
@@ -153,7 +154,7 @@ TEST_SUITE("exercise-2.1") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.1 long seeded runs match the reference iteration for iteration (the sawtooth)") {
+  TEST_CASE("2.1 long seeded runs match the reference iteration for iteration (the sawtooth) [7 points]") {
     Mismatches m;
     struct Run {
       ScalerConfig c;

@@ -83,7 +83,7 @@ TEST_SUITE("exercise-2.2") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.2 judged before the multiply: a product that overflows is not reported") {
+  TEST_CASE("2.2 judged before the multiply: a product that overflows is not reported [14 points]") {
     // A scale below 1 (inv_scale > 1) can overflow finite gradients while
     // unscaling; a scale that backed off to 0 gives inv_scale = inf. PyTorch
     // looks at the values backward produced, not at the products.
@@ -97,7 +97,7 @@ TEST_SUITE("exercise-2.2") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("2.2 inv_scale == 1 leaves every bit as it was, signalling NaNs included [1 point]") {
+  TEST_CASE("2.2 inv_scale == 1 leaves every bit as it was, signalling NaNs included [3 points]") {
     Mismatches m(20);
     const std::vector<float> finite = {1.0f, -0.0f, 0x1p-149f, -3.5f, FLT_MAX, 1e-40f};
     expect_unscale(m, finite, 1.0f, "inv_scale 1, finite gradients", true);

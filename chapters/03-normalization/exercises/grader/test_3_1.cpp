@@ -115,7 +115,9 @@ TEST_SUITE("exercise-3.1") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("3.1 halves of mean 1e4 + 1 and 1e4 - 1: the difference of the means, taken first, keeps M2") {
+  TEST_CASE(
+      "3.1 halves of mean 1e4 + 1 and 1e4 - 1: the difference of the means, taken first, keeps M2 [4 "
+      "points]") {
     // Each half's spread is small next to the distance between the halves,
     // so nearly all of M2 is δ²·nₐ·n_b/n, and δ is the difference of two
     // floats near 1e4 (exact). Through Σx² every term is 1e8 times the size
@@ -145,7 +147,7 @@ TEST_SUITE("exercise-3.1") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("3.1 reduction trees of merges agree with a two-pass sum in double") {
+  TEST_CASE("3.1 reduction trees of merges agree with a two-pass sum in double [4 points]") {
     Mismatches m;
     struct Data {
       const char* what;

@@ -126,7 +126,9 @@ TEST_SUITE("exercise-3.2") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("3.2 rows far from 0 next to their spread (x = c ± 1e-4·c): statistics that do not cancel") {
+  TEST_CASE(
+      "3.2 rows far from 0 next to their spread (x = c ± 1e-4·c): statistics that do not cancel [15 "
+      "points]") {
     Mismatches m;
     struct Rows {
       double offset, spread;

@@ -53,7 +53,7 @@ TEST_SUITE("exercise-4.3") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("4.3 label smoothing: every class receives eps/k, the target 1 - eps more") {
+  TEST_CASE("4.3 label smoothing: every class receives eps/k, the target 1 - eps more [15 points]") {
     // The target distribution is (1 - eps)·onehot + eps/k.
     Mismatches m;
     // {0, 0}, target 0, eps 0.1: p - {0.95, 0.05} = {-0.45, 0.45}.

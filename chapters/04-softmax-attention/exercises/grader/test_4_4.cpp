@@ -65,7 +65,7 @@ TEST_SUITE("exercise-4.4") {
     CHECK_MESSAGE(m.none(), m.report());
   }
 
-  TEST_CASE("4.4 fully masked rows (a padded query) give zeros, not NaN, in f16 and in bf16") {
+  TEST_CASE("4.4 fully masked rows (a padded query) give zeros, not NaN, in f16 and in bf16 [1 point]") {
     // A batch of sequences of different lengths pads its short ones: a
     // padded query attends to nothing. Its output is discarded, but a NaN
     // there reaches every parameter through the backward pass.

@@ -112,7 +112,7 @@ TEST_SUITE("exercise-5.1") {
     CHECK_MESSAGE(everyone(m.none()), m.report());
   }
 
-  TEST_CASE("5.1 pre-division factors 1 and 3 in f32, f16 and bf16: DDP's average") {
+  TEST_CASE("5.1 pre-division factors 1 and 3 in f32, f16 and bf16: DDP's average [15 points]") {
     Mismatches m;
     for (mpt::DType d : {mpt::DType::f32, mpt::DType::f16, mpt::DType::bf16})
       for (double f : {1.0, 3.0}) grade_case(m, d, f);

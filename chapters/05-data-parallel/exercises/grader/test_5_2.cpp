@@ -81,7 +81,7 @@ TEST_SUITE("exercise-5.2") {
     expect_verdict(g, true, "+inf on the last rank only");
   }
 
-  TEST_CASE("5.2 NaN in rank 0's gradients only: true on every rank (NaN wins too)") {
+  TEST_CASE("5.2 NaN in rank 0's gradients only: true on every rank (NaN wins too) [17 points]") {
     auto g = finite_gradients();
     if (world().rank() == 0) g[0][2] = std::numeric_limits<float>::quiet_NaN();
     expect_verdict(g, true, "NaN on rank 0 only");

@@ -72,7 +72,9 @@ void grade_loop(int steps, int micro_batches) {
 TEST_SUITE("exercise-5.3") {
   TEST_CASE("5.3 one batch a step, 6 steps: equal replicas, and one process's weights") { grade_loop(6, 1); }
 
-  TEST_CASE("5.3 two micro-batches a step (no_sync), 4 steps: equal replicas, and one process's weights") {
+  TEST_CASE(
+      "5.3 two micro-batches a step (no_sync), 4 steps: equal replicas, and one process's weights [7 "
+      "points]") {
     grade_loop(4, 2);
   }
 }  // TEST_SUITE
