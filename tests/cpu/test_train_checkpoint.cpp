@@ -335,8 +335,8 @@ TEST_CASE("a folder or FIFO named like a checkpoint: refused before a run, never
   // Listed are the regular files only: --resume never opens the FIFO, and the
   // newest-two rule (three saves more) removes neither the folder nor the FIFO.
   const auto all = list_checkpoints(dir);
-  REQUIRE(all.size() == 1);
-  CHECK(all[0].first == 1);
+  CHECK(all.size() == 1);
+  CHECK(all.front().first == 1);
   for (const std::int64_t s : {7, 8, 9}) {
     c.step = s;
     c.history.resize(static_cast<std::size_t>(s));
