@@ -36,13 +36,17 @@
 // promise: a reader of a FIFO gets part of a graph when the run dies. A
 // FIFO nobody reads blocks the run at open(2). /dev/full fails only after
 // the work is done, so a long `mpt train --plot /dev/full` would lose its
-// picture at the end; refused, the path is checked by every option before
-// any work (the CLI calls atomic_write_target() while it checks its input,
-// exit status 2). And one rule serves every option: --dot, --svg, --plot,
-// the tour's reports and checkpoints behave alike. The case a direct write
-// would serve is /dev/stdout (`mpt trace --dot /dev/stdout | dot -Tsvg`);
-// those commands print their own text on stdout already, so a graph mixed
-// into it would not be what `dot` reads either: write a file and read it.
+// picture at the end; refused, the path can be checked before any work
+// (mpt train and mpt tour call atomic_write_target() while they check their
+// input; trace, range and scaler write their file before their first line
+// of output), one line and exit status 2 at no cost. And one rule serves
+// every option: --dot, --svg, --plot, the tour's reports and checkpoints
+// behave alike. The case a direct write would serve is /dev/stdout
+// (`mpt trace --dot /dev/stdout | dot -Tsvg`, refused as the pipe or
+// terminal it leads to): those commands print their own text on stdout,
+// so a graph mixed into it would not be what `dot` reads either; write a
+// file and read it. (Where stdout is redirected to a regular file,
+// /dev/stdout leads to that file, and it is replaced like any other.)
 //
 // The temporary is created anew (O_CREAT | O_EXCL | O_NOFOLLOW): a regular
 // file already at its name is what a killed run left and is removed first;
