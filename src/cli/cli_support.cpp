@@ -129,6 +129,14 @@ void write_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+void check_output_path(const std::string& option, const std::string& path) {
+  try {
+    (void)mpt::atomic_write_target(path);
+  } catch (const mpt::FileWriteError& e) {
+    throw UsageError(option + ": " + one_line(e.what()));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Command-line errors.
 

@@ -193,19 +193,25 @@ int cmd_pitfall(const std::string& id, bool json, bool measured_only) {
   return v.reproduced() ? 0 : 1;
 }
 
-// --reports DIR: an existing, writable folder (checked before any pitfall runs).
-void check_reports_dir(const std::string& dir) {
+// DIR/ID.txt: where the tour writes a pitfall's report.
+std::string report_path(const std::string& dir, const mpt::Pitfall& p) { return dir + "/" + p.id + ".txt"; }
+
+// --reports DIR: an existing, writable folder in which no report's name is
+// taken by something the atomic write would refuse (a folder, a FIFO),
+// checked before any pitfall runs.
+void check_reports_dir(const std::string& dir, const std::vector<const mpt::Pitfall*>& all) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw UsageError("--reports " + mpt::cli::one_line(dir) +
                      ": not an existing folder; give a folder to write each pitfall's report into");
   if (access(dir.c_str(), W_OK) != 0)
     throw UsageError("--reports " + mpt::cli::one_line(dir) + ": the folder is not writable");
+  for (const mpt::Pitfall* p : all) mpt::cli::check_output_path("--reports", report_path(dir, *p));
 }
 
 int cmd_tour(bool json, int chapter, const std::string& reports) {
-  if (!reports.empty()) check_reports_dir(reports);
   const std::vector<const mpt::Pitfall*> all = pitfalls_of_chapter(chapter);
+  if (!reports.empty()) check_reports_dir(reports, all);
   std::vector<mpt::Verdict> verdicts;
   for (std::size_t i = 0; i < all.size(); ++i) {
     std::cerr << "[" << i + 1 << "/" << all.size() << "] " << all[i]->id << " ... " << std::flush;
@@ -223,8 +229,7 @@ int cmd_tour(bool json, int chapter, const std::string& reports) {
   // (deterministic) runs: the chapters' generate.sh shows them without a
   // second run of every pitfall.
   for (const auto& v : verdicts)
-    if (!reports.empty())
-      mpt::cli::write_atomically(reports + "/" + v.pitfall->id + ".txt", verdict_text(v, true));
+    if (!reports.empty()) mpt::cli::write_atomically(report_path(reports, *v.pitfall), verdict_text(v, true));
   if (json) {
     Json list = Json::array();
     for (const auto& v : verdicts) list.push_back(verdict_json(v));

@@ -1,7 +1,7 @@
 // Chapter 02 — `mpt scaler simulate`: the sawtooth of a dynamic loss scale.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, and the mpt
-// library's scaler_sim (and through it grad_scaler) and explain
-// (shortest_decimal, for the defaults in --help).
+// library's scaler_sim (and through it grad_scaler), explain
+// (shortest_decimal, for the defaults in --help) and atomic_file (FileWriteError).
 //
 // Every option is taken as text and parsed here, so that each bad value gets
 // a message naming the option, the value and what it may be.
@@ -18,6 +18,7 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/amp/scaler_sim.hpp"
+#include "mpt/core/atomic_file.hpp"
 #include "mpt/formats/explain.hpp"
 
 namespace {
@@ -121,8 +122,15 @@ int cmd_scaler_simulate(const ScalerArgs& a) {
   const mpt::ScalerSimulationSpec spec = scaler_spec(a);  // all input checked first
   const mpt::ScalerSimulation sim =
       invalid_argument_is_usage_error([&] { return mpt::simulate_scaler(spec); });
-  // An unwritable path is bad input (invalid_argument).
-  if (!a.plot.empty()) invalid_argument_is_usage_error([&] { mpt::write_plot_svg(sim, a.plot); });
+  // An unusable, refused or unwritable path is bad input (exit 2), as for
+  // every option that writes a file (cli_support.hpp's write_atomically).
+  if (!a.plot.empty()) {
+    try {
+      invalid_argument_is_usage_error([&] { mpt::write_plot_svg(sim, a.plot); });
+    } catch (const mpt::FileWriteError& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (a.json) {
     std::cout << mpt::render_json(sim);
   } else {

@@ -3,14 +3,17 @@
 // policy and scaler, with progress, atomic checkpoints and bit-exact resume.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
 // the mpt library's train tier (run.hpp, checkpoint.hpp, test_hooks.hpp),
-// nn/data.hpp (DataFileMissing), formats/explain.hpp (shortest_decimal);
-// POSIX (isatty, access, mkdir, popen) and gnuplot for --plot.
+// nn/data.hpp (DataFileMissing), formats/explain.hpp (shortest_decimal),
+// core/atomic_file.hpp (file_kind); POSIX (isatty, access, mkdir, mkstemp,
+// popen) and gnuplot for --plot.
 //
 // Everything is read and checked before the first byte of output: the
 // numbers, the combinations of options, the configuration (the library's
-// resolve_config), the test hook's variable, the plot's directory and
-// gnuplot, and on --resume the checkpoint itself (parsed, and checked
-// against this run's configuration). Progress goes to stdout (a line
+// resolve_config), the test hook's variable, the plot's directory, path
+// and gnuplot, the checkpoint directory (a directory, no folder or FIFO
+// under a checkpoint's name: the atomic write's rules, which refuse
+// rather than replace them), and on --resume the checkpoint itself
+// (parsed, and checked against this run's configuration). Progress goes to stdout (a line
 // rewritten in place on a terminal, plain lines otherwise); with --json
 // stdout is one JSON document and progress goes to stderr, on a terminal only.
 //
@@ -22,11 +25,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -39,6 +44,7 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "mpt/core/atomic_file.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/dist/communicator.hpp"
 #include "mpt/formats/explain.hpp"
@@ -174,13 +180,25 @@ Plan plan_of(const TrainArgs& a) {
   p.json = a.json;
   if (!a.checkpoint.empty()) {
     p.checkpoint_dir = a.checkpoint;
-    if (!is_directory(a.checkpoint) && !is_directory(directory_of(a.checkpoint)))
+    const std::string kind = mpt::file_kind(a.checkpoint);
+    if (!kind.empty() && kind != "a directory")
+      throw UsageError("--checkpoint: '" + a.checkpoint + "' is " + kind +
+                       "; give a directory (an existing one, or a new name in an existing directory)");
+    if (kind.empty() && !is_directory(directory_of(a.checkpoint)))
       throw UsageError("--checkpoint: neither '" + a.checkpoint + "' nor its parent directory exists");
+    if (!kind.empty()) {
+      try {
+        tr::check_checkpoint_directory(a.checkpoint);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--checkpoint: ") + e.what());
+      }
+    }
   }
   if (!a.plot.empty()) {
     if (!is_directory(directory_of(a.plot)))
       throw UsageError("--plot: the directory '" + directory_of(a.plot) + "' of '" + a.plot +
                        "' does not exist");
+    mpt::cli::check_output_path("--plot", a.plot);  // not a directory, device or FIFO: before gnuplot
     if (!gnuplot_on_path())
       throw UsageError(
           "--plot needs gnuplot, which is not on PATH; install it (Debian: apt-get install gnuplot-nox) or "
@@ -257,10 +275,18 @@ std::string hex64(std::uint64_t v) {
   return b;
 }
 
-// gnuplot draws into a temporary file next to the target; the bytes are
-// then written into place atomically (fsync, rename, fsync of the directory).
+// gnuplot draws into a scratch file of its own, made new by mkstemp beside
+// the target (so gnuplot never writes through a link or into a FIFO left at
+// a fixed name) and removed afterwards; the bytes are then written into
+// place atomically (write_atomically: the target's kind checked again,
+// fsync, rename, fsync of the directory).
 void draw_plot(const std::string& path, const std::vector<tr::StepRecord>& history, const tr::RunConfig& c) {
-  const std::string tmp = path + ".gnuplot.tmp";
+  if (path.find('\'') != std::string::npos) throw UsageError("--plot: the path may not contain a quote");
+  std::string tmp = path + ".gnuplot-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0)
+    throw UsageError("--plot: cannot create a scratch file beside '" + path + "': " + std::strerror(errno));
+  ::close(fd);
   std::string script =
       "set terminal svg size 900,500 background rgb 'white'\n"
       "set output '" +
@@ -284,9 +310,11 @@ void draw_plot(const std::string& path, const std::vector<tr::StepRecord>& histo
       "plot $run using 1:2 with lines lw 1.5 title 'training loss' axes x1y1, "
       "$run using 1:3 with steps lw 1.5 title 'loss scale' axes x1y2\n"
       "unset output\n";
-  if (path.find('\'') != std::string::npos) throw UsageError("--plot: the path may not contain a quote");
   FILE* g = ::popen("gnuplot 2>/dev/null", "w");
-  if (g == nullptr) throw UsageError("--plot: cannot start gnuplot");
+  if (g == nullptr) {
+    std::remove(tmp.c_str());
+    throw UsageError("--plot: cannot start gnuplot");
+  }
   std::fwrite(script.data(), 1, script.size(), g);
   const int status = ::pclose(g);
   std::ifstream in(tmp, std::ios::binary);
@@ -375,7 +403,8 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
   }
   if (lead && !p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) &&
       ::mkdir(p.checkpoint_dir.c_str(), 0755) != 0)
-    throw UsageError("--checkpoint: cannot create '" + p.checkpoint_dir + "'");
+    throw UsageError("--checkpoint: cannot create '" + p.checkpoint_dir + "': " + std::strerror(errno) +
+                     "; give a directory (an existing one, or a new name in an existing directory)");
 
   const std::int64_t steps = p.config.steps;
   const bool tty = ::isatty(p.json ? 2 : 1) == 1;

@@ -2,7 +2,7 @@
 # All chapters — the bad-input table (bad_inputs.tsv) run against the `mpt`
 # program: every row is an input `mpt` must refuse, and refuse cleanly.
 # Depends on: bash, coreutils (find, sort, md5sum, wc, head, tail, tr, seq,
-# yes, dd, mktemp), xargs, diff, grep, gzip (the digits fixtures). It does
+# yes, dd, mktemp, mkfifo), xargs, diff, grep, gzip (the digits fixtures). It does
 # not source cli_lib.sh: that harness stops at the first failed assertion,
 # and this runner checks every row and reports each.
 #
@@ -23,7 +23,11 @@
 #             f16 MLP with a dynamic scaler), ckpt-empty (ck/ is empty),
 #             ckpt-truncated, ckpt-bitflip, ckpt-version (that checkpoint
 #             cut in half, with one bit flipped, with format version 2),
-#             ckpt-garbage (ck/x.mpt is text)
+#             ckpt-garbage (ck/x.mpt is text), ckpt-entry-dir and
+#             ckpt-entry-fifo (ck/ckpt-000000004.mpt is a folder, a FIFO);
+#             for the options that write a file: fifo (the FIFO pipe beside
+#             the common files), reports-fifo (sub/fp16-overflow.txt, the
+#             name of a Chapter 1 report, is a FIFO)
 #   stdin     what the command reads: '-' (nothing, /dev/null), 'text:WORDS'
 #             (WORDS and a newline), or a generator: 'big-token' (a million
 #             digits, then 'x'), 'many-values' (a million numbers on one
@@ -41,7 +45,9 @@
 # command-line error, "mpt SUBCOMMAND: "), at most MAX_LINE bytes long,
 # containing every fragment; and the scratch directory unchanged: the same
 # names, types, sizes and checksums after as before (no file written over,
-# no new file, no temporary left behind).
+# no new file, no temporary left behind; a FIFO still a FIFO); and that
+# /dev/full and /dev/null, which rows may name as output files, are still
+# character devices (a rename over one, as root, would have replaced it).
 set -u
 
 MPT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # the rows run in their scratch directories
@@ -101,6 +107,10 @@ make_fixture() {
     { digits_rows | head -2; echo "1,2,3,4"; } | gzip >"$data/digits.csv.gz"
     ;;
   digits-is-dir) mkdir -p "$data/digits.csv.gz" ;;
+  fifo) mkfifo "$dir/pipe" ;;
+  reports-fifo) mkfifo "$dir/sub/fp16-overflow.txt" ;;
+  ckpt-entry-dir) mkdir -p "$dir/ck/ckpt-000000004.mpt" ;;
+  ckpt-entry-fifo) mkdir -p "$dir/ck" && mkfifo "$dir/ck/ckpt-000000004.mpt" ;;
   ckpt-empty) mkdir -p "$dir/ck" ;;
   ckpt-garbage) mkdir -p "$dir/ck" && printf 'not a checkpoint\n' >"$dir/ck/x.mpt" ;;
   ckpt | ckpt-truncated | ckpt-bitflip | ckpt-version)
@@ -211,7 +221,9 @@ while IFS= read -r line || [ -n "$line" ]; do
   why=""
   lines=$(wc -l <"$row/err")
   bytes=$(wc -c <"$row/err")
-  if [ "$rc" -ne 2 ]; then
+  if [ ! -c /dev/full ] || [ ! -c /dev/null ]; then
+    why="/dev/full or /dev/null is no longer a character device (as root: rm it, then mknod -m 666 /dev/full c 1 7, or /dev/null c 1 3)"
+  elif [ "$rc" -ne 2 ]; then
     why="exit status $rc, expected 2"
   elif [ -s "$row/out" ]; then
     why="stdout is not empty"

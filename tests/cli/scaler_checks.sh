@@ -155,7 +155,7 @@ simulate_plot)
   expect_rc 0
   ! grep -q "plot written" "$OUT" || fail "--json output must stay pure JSON"
   run scaler simulate --steps 3 --plot "$WORK/no/such/dir/p.svg"
-  expect_usage_error "cannot write '$WORK/no/such/dir/p.svg'"
+  expect_usage_error "cannot write '$WORK/no/such/dir/p.svg.tmp'" "No such file or directory"
   [ ! -e "$WORK/no/such/dir/p.svg.tmp" ] || fail "a temporary file was left behind"
   ;;
 

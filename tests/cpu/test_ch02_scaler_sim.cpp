@@ -1,8 +1,8 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (src/mpt/scaler_sim.*).
-// Depends on: mpt/scaler_sim.hpp, test_support.hpp (the XML check). The
-// trajectories are pinned to values worked out by hand, not to a second
-// GradScaler; the plot is read back from its SVG: markers, staircase levels.
+// Depends on: mpt/scaler_sim.hpp, mpt/core/atomic_file.hpp (FileWriteError), test_support.hpp (the XML
+// check). The trajectories are pinned to values worked out by hand, not to a second GradScaler; the plot is
+// read back from its SVG: markers, staircase levels.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mpt/amp/scaler_sim.hpp"
+#include "mpt/core/atomic_file.hpp"
 #include "test_support.hpp"
 
 using mpt::ScalerSimulation;
@@ -369,7 +370,7 @@ TEST_CASE("render_plot_svg: no overflow, too many steps, a scale that reaches 0"
   CHECK(mpt_test::count_of(svg, "<circle class=\"overflow\"") == 1);
 }
 
-TEST_CASE("write_plot_svg: the rendered SVG renamed into place, no temporary left, bad paths rejected") {
+TEST_CASE("write_plot_svg: the rendered SVG written atomically, no temporary left, bad paths rejected") {
   const ScalerSimulation sim = mpt::simulate_scaler(spec(30, {5, 6, 20}));
   const char* dir = std::getenv("TMPDIR");
   const std::string base = std::string(dir && *dir ? dir : "/tmp") + "/mpt_test_scaler_plot";
@@ -377,9 +378,14 @@ TEST_CASE("write_plot_svg: the rendered SVG renamed into place, no temporary lef
   std::remove(path.c_str());
   const std::string bad = "/nonexistent-dir/x/plot.svg";
   CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, bad),
-                       ("cannot write '" + bad + "': No such file or directory").c_str(),
-                       std::invalid_argument);
+                       ("cannot write '" + bad + ".tmp': No such file or directory").c_str(),
+                       mpt::FileWriteError);
   CHECK_THROWS_AS(mpt::write_plot_svg(sim, ""), std::invalid_argument);
+  // write_file_atomically's rules (test_ch01_atomic_file.cpp): a directory is refused.
+  const std::string folder = std::string(dir && *dir ? dir : "/tmp");
+  CHECK_THROWS_WITH_AS(mpt::write_plot_svg(sim, folder),
+                       ("cannot write '" + folder + "': it is a directory; give a file path").c_str(),
+                       mpt::FileWriteError);
   mpt::write_plot_svg(sim, path);
   CHECK(read_file(path) == mpt::render_plot_svg(sim));
   std::ifstream tmp(path + ".tmp");

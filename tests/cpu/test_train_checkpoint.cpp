@@ -1,5 +1,6 @@
 // Chapters 04 onwards — the checkpoint format and the state it is made of:
-// Rng, SGD and AdamW state, Batches, the atomic write; every corruption of a
+// Rng, SGD and AdamW state, Batches, the atomic save (the write itself:
+// test_ch01_atomic_file.cpp); every corruption of a
 // checkpoint's bytes refused with one line.
 // Depends on: mpt/train/checkpoint.hpp, mpt/core/atomic_file.hpp,
 // mpt/core/random.hpp, mpt/nn/data.hpp, mpt/optim/sgd.hpp, mpt/optim/adamw.hpp.
@@ -13,7 +14,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -71,13 +71,6 @@ std::string temp_dir() {
   const char* d = ::mkdtemp(tmpl);
   REQUIRE(d != nullptr);
   return d;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 bool exists(const std::string& path) {
@@ -291,34 +284,6 @@ TEST_CASE("Batches continue from their epoch and position") {
   CHECK_THROWS_AS(b.restore(1, 112), std::invalid_argument);
 }
 
-TEST_CASE("write_file_atomically: the new bytes or the old file, never a temporary left") {
-  const std::string dir = temp_dir();
-  const std::string path = dir + "/f.bin";
-  std::vector<AtomicWriteStage> seen;
-  write_file_atomically(path, "first", [&seen](AtomicWriteStage s) { seen.push_back(s); });
-  CHECK(read_file(path) == "first");
-  CHECK_FALSE(exists(atomic_temp_path(path)));
-  CHECK(seen == std::vector<AtomicWriteStage>{AtomicWriteStage::partly_written,
-                                              AtomicWriteStage::before_fsync, AtomicWriteStage::before_rename,
-                                              AtomicWriteStage::before_dir_fsync});
-  // The temporary cannot be created (a directory has its name): the old file stays.
-  REQUIRE(::mkdir(atomic_temp_path(path).c_str(), 0755) == 0);
-  CHECK_THROWS_AS(write_file_atomically(path, "second"), FileWriteError);
-  CHECK(read_file(path) == "first");
-  ::rmdir(atomic_temp_path(path).c_str());
-  // The rename fails (the target is a non-empty directory): the temporary is removed.
-  const std::string target = dir + "/d";
-  REQUIRE(::mkdir(target.c_str(), 0755) == 0);
-  write_file_atomically(target + "/inside", "x");
-  CHECK_THROWS_AS(write_file_atomically(target, "y"), FileWriteError);
-  CHECK_FALSE(exists(atomic_temp_path(target)));
-  CHECK(read_file(target + "/inside") == "x");
-  std::remove((target + "/inside").c_str());
-  ::rmdir(target.c_str());
-  std::remove(path.c_str());
-  ::rmdir(dir.c_str());
-}
-
 TEST_CASE("save_checkpoint keeps the newest two; list_checkpoints ignores temporaries") {
   const std::string dir = temp_dir();
   Checkpoint c = sample();
@@ -346,5 +311,54 @@ TEST_CASE("save_checkpoint keeps the newest two; list_checkpoints ignores tempor
   for (const char* f :
        {"/ckpt-000000002.mpt", "/ckpt-000000003.mpt", "/ckpt-000000009.mpt.tmp", "/notes.txt"})
     std::remove((dir + f).c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("a folder or FIFO named like a checkpoint: refused before a run, never listed or removed") {
+  const std::string dir = temp_dir();
+  Checkpoint c = sample();
+  c.step = 1;
+  c.history.resize(1);
+  save_checkpoint(dir, c);
+  CHECK_NOTHROW(check_checkpoint_directory(dir));
+  const std::string folder = dir + "/ckpt-000000000.mpt", fifo = dir + "/ckpt-000000004.mpt",
+                    tmp = dir + "/ckpt-000000005.mpt.tmp";
+  REQUIRE(::mkdir(folder.c_str(), 0755) == 0);
+  CHECK_THROWS_WITH_AS(check_checkpoint_directory(dir),
+                       ("'" + folder +
+                        "' is a directory, not a checkpoint file; move it away or give another checkpoint "
+                        "directory")
+                           .c_str(),
+                       std::invalid_argument);
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  REQUIRE(::mkfifo(tmp.c_str(), 0644) == 0);
+  // Listed are the regular files only: --resume never opens the FIFO, and the
+  // newest-two rule (three saves more) removes neither the folder nor the FIFO.
+  const auto all = list_checkpoints(dir);
+  CHECK(all.size() == 1);
+  CHECK(all.front().first == 1);
+  for (const std::int64_t s : {7, 8, 9}) {
+    c.step = s;
+    c.history.resize(static_cast<std::size_t>(s));
+    for (std::int64_t i = 0; i < s; ++i) c.history[static_cast<std::size_t>(i)] = {i + 1, 1.0f, 2.0f, false};
+    save_checkpoint(dir, c);
+  }
+  CHECK(list_checkpoints(dir).size() == 2);
+  struct stat st {};
+  CHECK((::lstat(folder.c_str(), &st) == 0 && S_ISDIR(st.st_mode)));
+  CHECK((::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)));
+  ::rmdir(folder.c_str());
+  CHECK_THROWS_WITH_AS(check_checkpoint_directory(dir), doctest::Contains("is a FIFO (named pipe)"),
+                       std::invalid_argument);
+  std::remove(fifo.c_str());
+  CHECK_THROWS_WITH_AS(check_checkpoint_directory(dir),
+                       doctest::Contains("is a FIFO (named pipe), not a checkpoint's temporary file"),
+                       std::invalid_argument);
+  std::remove(tmp.c_str());
+  CHECK_NOTHROW(check_checkpoint_directory(dir));
+  for (const char* f : {"/ckpt-000000008.mpt", "/ckpt-000000009.mpt"}) {
+    CHECK(exists(dir + f));
+    std::remove((dir + f).c_str());
+  }
   ::rmdir(dir.c_str());
 }

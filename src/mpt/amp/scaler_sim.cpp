@@ -1,6 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation.
 // Depends on: scaler_sim.hpp, grad_scaler.hpp, the optim tier (Optimizer), explain.hpp
-// (shortest_decimal), plot/svg_chart.hpp (the plot), nlohmann_json.
+// (shortest_decimal), plot/svg_chart.hpp (the plot), core/atomic_file.hpp (writing
+// it), nlohmann_json.
 #include "mpt/amp/scaler_sim.hpp"
 
 #include "mpt/core/random.hpp"
@@ -8,16 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 
+#include "mpt/core/atomic_file.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/plot/svg_chart.hpp"
 
@@ -297,25 +297,7 @@ std::string render_plot_svg(const ScalerSimulation& sim) {
 void write_plot_svg(const ScalerSimulation& sim, const std::string& path) {
   if (path.empty() || path.find_first_of("\n\r") != std::string::npos)
     throw std::invalid_argument("cannot write '" + path + "': not a usable file name");
-  const std::string svg = render_plot_svg(sim);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::invalid_argument("cannot write '" + path + "': " + std::strerror(errno));
-    out << svg;
-    out.flush();
-    if (!out) {
-      const std::string why = std::strerror(errno);
-      out.close();
-      std::remove(tmp.c_str());
-      throw std::runtime_error("writing '" + tmp + "' failed: " + why);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw std::invalid_argument("cannot rename '" + tmp + "' to '" + path + "': " + why);
-  }
+  write_file_atomically(path, render_plot_svg(sim));
 }
 
 }  // namespace mpt

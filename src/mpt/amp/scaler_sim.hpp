@@ -1,7 +1,8 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (the sawtooth of a dynamic loss scale).
 // Depends on: grad_scaler.hpp, parameter.hpp; the .cpp also uses explain.hpp
-// (shortest_decimal), nlohmann_json, and plot/svg_chart.hpp for the plot.
+// (shortest_decimal), nlohmann_json, plot/svg_chart.hpp for the plot and
+// core/atomic_file.hpp to write it.
 #pragma once
 
 #include <cstdint>
@@ -85,13 +86,15 @@ std::string render_json(const ScalerSimulation& sim);
 /// \throws std::invalid_argument if the run has more than kMaxPlottedSteps steps.
 std::string render_plot_svg(const ScalerSimulation& sim);
 
-/// render_plot_svg() written to `path`: to `path`.tmp first, then renamed
-/// into place, so `path` is either the old file or the whole new one.
-/// \throws std::invalid_argument if `path` cannot be written (one line
-///         naming the path and the reason) or the run has more than
-///         kMaxPlottedSteps steps.
-/// \throws std::runtime_error if writing fails after the file was opened
-///         (e.g. a full disk); no temporary file is left.
+/// render_plot_svg() written to `path` by write_file_atomically()
+/// (core/atomic_file.hpp): `path` is either the old file or the whole new
+/// one, a symbolic link is written through, and a directory, device or
+/// FIFO at `path` is refused, never replaced.
+/// \throws std::invalid_argument if `path` is empty or holds a line break,
+///         or the run has more than kMaxPlottedSteps steps.
+/// \throws FileWriteError (a std::runtime_error, one line naming the path
+///         and the reason) if `path` is refused or cannot be written (no
+///         such directory, a full disk); no temporary file is left.
 void write_plot_svg(const ScalerSimulation& sim, const std::string& path);
 
 }  // namespace mpt

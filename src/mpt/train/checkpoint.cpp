@@ -1,5 +1,6 @@
 // Chapters 04 onwards — the checkpoint file: writing, parsing, finding.
-// Depends on: checkpoint.hpp; POSIX dirent.h (listing a directory).
+// Depends on: checkpoint.hpp (core/atomic_file.hpp: the atomic write, file_kind); POSIX dirent.h
+// (listing a directory).
 #include "mpt/train/checkpoint.hpp"
 
 #include <dirent.h>
@@ -304,23 +305,55 @@ std::string checkpoint_file_name(std::int64_t step) {
   return name;
 }
 
-std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
+namespace {
+
+// Exactly ckpt-<9 digits>.mpt, or (`temporary`) that with ".tmp" after it.
+bool is_checkpoint_name(const std::string& name, bool temporary) {
+  const std::size_t size = temporary ? 22 : 18;
+  if (name.size() != size || name.compare(0, 5, "ckpt-") != 0 || name.compare(14, 4, ".mpt") != 0)
+    return false;
+  if (temporary && name.compare(18, 4, ".tmp") != 0) return false;
+  return std::all_of(name.begin() + 5, name.begin() + 14, [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// The names in `dir`.
+std::vector<std::string> entries_of(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr)
     throw std::invalid_argument("cannot read the checkpoint directory '" + dir +
                                 "': " + std::strerror(errno));
-  std::vector<std::pair<std::int64_t, std::string>> out;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    // Exactly ckpt-<9 digits>.mpt: a temporary (".tmp" after it) is not one.
-    if (name.size() != 18 || name.compare(0, 5, "ckpt-") != 0 || name.compare(14, 4, ".mpt") != 0) continue;
-    if (!std::all_of(name.begin() + 5, name.begin() + 14, [](char ch) { return ch >= '0' && ch <= '9'; }))
-      continue;
-    out.emplace_back(std::stoll(name.substr(5, 9)), dir + "/" + name);
-  }
+  std::vector<std::string> out;
+  while (const dirent* e = ::readdir(d)) out.emplace_back(e->d_name);
   ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  for (const std::string& name : entries_of(dir)) {
+    if (!is_checkpoint_name(name, false)) continue;  // a temporary is not one
+    const std::string path = dir + "/" + name;
+    if (file_kind(path) != "a regular file") continue;
+    out.emplace_back(std::stoll(name.substr(5, 9)), path);
+  }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+void check_checkpoint_directory(const std::string& dir) {
+  for (const std::string& name : entries_of(dir)) {
+    const bool temporary = is_checkpoint_name(name, true);
+    if (!temporary && !is_checkpoint_name(name, false)) continue;
+    const std::string path = dir + "/" + name;
+    // A checkpoint is written through a link; its temporary never is.
+    const std::string kind = file_kind(path, !temporary);
+    if (!kind.empty() && kind != "a regular file")
+      throw std::invalid_argument("'" + path + "' is " + kind + ", not a " +
+                                  (temporary ? "checkpoint's temporary file" : "checkpoint file") +
+                                  "; move it away or give another checkpoint directory");
+  }
 }
 
 std::string save_checkpoint(const std::string& dir, const Checkpoint& c,

@@ -121,10 +121,21 @@ Checkpoint parse_checkpoint_payload(std::string_view payload);
 /// "ckpt-NNNNNNNNN.mpt" for `step` (9 digits).
 std::string checkpoint_file_name(std::int64_t step);
 
-/// The complete checkpoints in `dir` (names ckpt-NNNNNNNNN.mpt; temporaries
-/// and other files ignored), as (step, path), oldest first. A directory that
-/// cannot be read: std::invalid_argument naming it.
+/// The complete checkpoints in `dir` (regular files, or links to them,
+/// named ckpt-NNNNNNNNN.mpt; temporaries, other names and anything that is
+/// not a regular file ignored: the newest-two rule never removes a
+/// directory or a FIFO, --resume never opens one), as (step, path), oldest
+/// first. A directory that cannot be read: std::invalid_argument naming it.
 std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir);
+
+/// Refuse, before a run starts, a checkpoint directory `dir` that
+/// save_checkpoint() could fail in: an entry named like a checkpoint
+/// (ckpt-NNNNNNNNN.mpt) that is, or links to, something other than a
+/// regular file, or its temporary (ckpt-NNNNNNNNN.mpt.tmp) that is not a
+/// regular file (write_file_atomically() refuses both). std::invalid_argument,
+/// one line naming the entry, what it is and what to do; also for a
+/// directory that cannot be read.
+void check_checkpoint_directory(const std::string& dir);
 
 /// Write `c` to dir/checkpoint_file_name(c.step) atomically (the previous
 /// checkpoints stay until it is complete), then delete all but the newest
