@@ -138,6 +138,40 @@ Json verdict_json(const mpt::Verdict& v) {
           {"reproduced", v.reproduced()}};
 }
 
+/// `prefix` then `text` wrapped at word boundaries to lines of at most
+/// `width` columns (a word longer than a line stays whole), every line after
+/// the first indented by the prefix's width: the "why" explanations and the
+/// set-ups run to hundreds of characters, and a text block in a chapter
+/// README does not wrap them. Columns are counted in UTF-8 characters.
+std::string wrapped(const std::string& prefix, const std::string& text, std::size_t width = 78) {
+  auto columns = [](const std::string& w) {
+    std::size_t n = 0;
+    for (const unsigned char c : w) n += (c & 0xC0) != 0x80;
+    return n;
+  };
+  const std::size_t indent = columns(prefix);
+  std::string out = prefix, word;
+  std::size_t at = indent;
+  bool line_empty = true;
+  std::istringstream words(text);
+  while (words >> word) {
+    const std::size_t w = columns(word);
+    if (!line_empty && at + 1 + w > width) {
+      out += "\n" + std::string(indent, ' ');
+      at = indent;
+      line_empty = true;
+    }
+    if (!line_empty) {
+      out += ' ';
+      ++at;
+    }
+    out += word;
+    at += w;
+    line_empty = false;
+  }
+  return out + "\n";
+}
+
 /// The report of one pitfall; `measured_only` leaves out the title and
 /// mechanism lines (the chapter text tells the mechanism, once).
 std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
@@ -147,8 +181,8 @@ std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
     o << p.id << " (chapter " << p.chapter << "): " << p.title << "\n";
     o << "mechanism: " << p.mechanism << "\n\n";
   }
-  o << "broken: " << v.broken.setup << "\n";
-  o << "fixed:  " << v.fixed.setup << "\n\n";
+  o << wrapped("broken: ", v.broken.setup);
+  o << wrapped("fixed:  ", v.fixed.setup) << "\n";
   std::vector<std::vector<std::string>> rows = {{"outcome", "broken", "fixed", "what"}};
   for (const std::string& name : outcome_names(v)) {
     const mpt::Outcome* b = find_outcome(v.broken, name);
@@ -157,11 +191,11 @@ std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
         {name, b ? outcome_text(b->value) : "-", f ? outcome_text(f->value) : "-", b ? b->what : f->what});
   }
   o << table(rows, "lrrl");
-  if (!v.broken.explanation.empty()) o << "\nwhy (broken): " << v.broken.explanation << "\n";
-  if (!v.fixed.explanation.empty()) o << "why (fixed):  " << v.fixed.explanation << "\n";
+  if (!v.broken.explanation.empty()) o << "\n" << wrapped("why (broken): ", v.broken.explanation);
+  if (!v.fixed.explanation.empty()) o << wrapped("why (fixed):  ", v.fixed.explanation);
   auto checks = [&](const char* heading, const std::vector<std::pair<std::string, bool>>& cs) {
     o << "\n" << heading << "\n";
-    for (const auto& c : cs) o << "  " << (c.second ? "✓ " : "✗ ") << c.first << "\n";
+    for (const auto& c : cs) o << wrapped(std::string("  ") + (c.second ? "✓ " : "✗ "), c.first);
   };
   checks("symptom (the broken run must show it):", v.symptom_checks);
   checks("cure (the fixed run must show it):", v.cure_checks);
@@ -169,8 +203,9 @@ std::string verdict_text(const mpt::Verdict& v, bool measured_only) {
     // Two marks per claim: held on the broken run, held on the fixed run.
     o << "\npreconditions (both runs must show them; marks: broken, fixed):\n";
     for (const Json& c : preconditions_json(v))
-      o << "  " << (c["held_broken"].get<bool>() ? "✓" : "✗") << (c["held_fixed"].get<bool>() ? "✓ " : "✗ ")
-        << c["claim"].get<std::string>() << "\n";
+      o << wrapped(std::string("  ") + (c["held_broken"].get<bool>() ? "✓" : "✗") +
+                       (c["held_fixed"].get<bool>() ? "✓ " : "✗ "),
+                   c["claim"].get<std::string>());
   }
   std::vector<std::string> failures;
   if (!v.symptom_shown()) failures.push_back("the symptom did not show");
