@@ -244,10 +244,7 @@ int plan() {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bench::program_name = "bench_ch06_presets_cuda";
+int run_bench(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--plan") return plan();
   std::string why;
   if (!mpt::cuda::device_available(&why)) {
@@ -306,4 +303,15 @@ int main(int argc, char** argv) {
   }
   check(cudaDeviceSynchronize(), "kernels");
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::program_name = "bench_ch06_presets_cuda";
+  try {
+    return run_bench(argc, argv);
+  } catch (const std::exception& e) {  // a policy or trace the replay cannot run: one line
+    std::fprintf(stderr, "bench_ch06_presets_cuda: %s\n", e.what());
+    return 1;
+  }
 }

@@ -84,12 +84,14 @@ struct OpCost {
 /// stored [m, k] (or [k, m] when a_transposed) and B [k, n] (or [n, k] when
 /// b_transposed), as the CUDA GEMMs take them (kernels/nn/nn_kernels.hpp).
 struct MatrixProduct {
-  std::string what;  ///< "y", "dW", "scores", "dq", ...; an input gradient by the trace's name ("dx", "dh")
-  double count = 1;  ///< how many products of this shape
-  std::int64_t m = 0, n = 0, k = 0;
-  bool a_transposed = false;
-  bool b_transposed = false;
-  DType dtype = DType::f32;  ///< the multiplicands' dtype (f32 unless op_unit puts it on tensor cores)
+  std::string what;    ///< "y", "dW", "scores", "dq", ...; an input gradient by the trace's name ("dx", "dh")
+  double count = 1;    ///< how many products of this shape
+  std::int64_t m = 0;  ///< rows of op(A) and of C
+  std::int64_t n = 0;  ///< columns of op(B) and of C
+  std::int64_t k = 0;  ///< the depth summed over
+  bool a_transposed = false;  ///< A stored [k, m] (read transposed)
+  bool b_transposed = false;  ///< B stored [n, k] (read transposed)
+  DType dtype = DType::f32;   ///< the multiplicands' dtype (f32 unless op_unit puts it on tensor cores)
 };
 
 /// The matrix products an entry's arithmetic consists of (empty for every

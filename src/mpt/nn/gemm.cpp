@@ -3,6 +3,7 @@
 #include "mpt/nn/gemm.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -26,7 +27,8 @@ void fix_product_blocking() {
   // 32 KiB of L1, 1 MiB of L2, 32 MiB of L3: a common server core's caches.
   // Only the order of the sums depends on them, never the result's accuracy.
   static const bool fixed = [] {
-    Eigen::setCpuCacheSizes(32 * 1024, 1024 * 1024, 32 * 1024 * 1024);
+    Eigen::setCpuCacheSizes(std::ptrdiff_t{32} * 1024, std::ptrdiff_t{1024} * 1024,
+                            std::ptrdiff_t{32} * 1024 * 1024);
     return true;
   }();
   (void)fixed;
