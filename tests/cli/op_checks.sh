@@ -174,7 +174,7 @@ list)
   expect_out_regex '^op +chapter +inputs +outputs +what$'
   # Every runnable op with its chapter, in the order of the op table.
   expect_out_regex '^linear +2 +x \[B, in\] +y \[B, out\], weight \[out, in\], bias \[out\]; --backward: dx, dweight, dbias +y = x W\^T \+ b'
-  expect_out_regex '^relu +2 +x, any shape +y; --backward: dx +max\(x, 0\)$'
+  expect_out_regex '^relu +2 +x, any shape +y; --backward: dx +max\(x, 0\), NaN kept$'
   expect_out_regex '^cross_entropy +2 +logits x \[B, C\]; class ids from --targets'
   expect_out_regex '^softmax +4 +x, any shape; over its last dimension +y; --backward: dx'
   expect_out_regex '^nll_loss +4 +log-probabilities x \[B, C\]'
@@ -284,6 +284,15 @@ dtype, shape, dx = out["dx"]
 assert dtype == "f16" and shape == [4]
 assert dx == [0.0, math.inf, f16(0.1), 0.0], dx
 PY
+  # A NaN stays NaN (PyTorch's relu), and a NaN output passes dy through
+  # (threshold_backward: 0 only where y <= 0).
+  run_in "nan -1 2   7 8 9" op relu --shape 3 --backward
+  expect_rc 0
+  expect_out_exactly "y: f32 3
+  nan 0 2
+
+dx: f32 3
+  7 0 9"
   ;;
 
 linear_forward)

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "mpt/core/context.hpp"
@@ -371,6 +372,37 @@ TEST_CASE("cross-entropy gradients flush to zero in fp16 unless the loss is scal
   CHECK(scaled(0, 1) > 0.0f);  // 2^16·2.1e-9 ≈ 1.4e-4: kept
   CHECK(scaled(0, 1) / 65536.0f ==
         doctest::Approx(std::exp(-20.0) / (1 + 2 * std::exp(-20.0))).epsilon(1e-3));
+}
+
+TEST_CASE("ReLU keeps NaN and passes dy through a NaN output, as PyTorch's relu and threshold_backward do") {
+  // PyTorch: relu(x) = clamp_min(x, 0) propagates NaN; its backward is
+  // threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so a NaN output passes
+  // dy through. A library that mapped NaN to 0 would hide a diverged run.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  MatrixF x(1, 7), dy(1, 7);
+  x << nan, -nan, inf, -inf, 0.0f, -0.0f, 2.5f;
+  dy << 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, nan;
+  for (DType p : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(std::string(dtype_name(p)));
+    Context ctx = uniform(p);
+    ReLU relu;
+    const MatrixF y = relu.forward(Tensor::from_matrix(x, p), ctx).to_matrix();
+    CHECK(std::isnan(y(0, 0)));
+    CHECK(std::isnan(y(0, 1)));
+    CHECK(y(0, 2) == inf);
+    CHECK(y(0, 3) == 0.0f);
+    CHECK(y(0, 4) == 0.0f);
+    CHECK((y(0, 5) == 0.0f && !std::signbit(y(0, 5))));  // -0 <= 0: a plain +0, as max(x, 0) gives
+    CHECK(y(0, 6) == 2.5f);
+    const MatrixF dx = relu.backward(Tensor::from_matrix(dy, p), ctx).to_matrix();
+    CHECK(dx(0, 0) == 3.0f);  // NaN output: dy passes
+    CHECK(dx(0, 1) == 4.0f);
+    CHECK(dx(0, 2) == 5.0f);
+    CHECK(dx(0, 3) == 0.0f);
+    CHECK(dx(0, 4) == 0.0f);
+    CHECK(dx(0, 5) == 0.0f);
+    CHECK(std::isnan(dx(0, 6)));  // a NaN gradient where y > 0 stays NaN
+  }
 }
 
 TEST_CASE("accuracy: argmax against labels") {

@@ -13,8 +13,8 @@
 // variance, and running = 0.9·running + 0.1·batch folds them in for good.
 // Training recovers at once — it normalizes with batch statistics — but
 // eval normalizes with the running estimates: NaN from the first BatchNorm
-// on (PyTorch's ReLU passes the NaN on to the logits; this library's maps
-// it to 0, and the network predicts one class for every input).
+// on, passed through every ReLU (as PyTorch's ReLU passes it) to all the
+// logits, and the network predicts one class for every input.
 // pytorch/pytorch#88474 reports exactly this, with an input of
 // data.half() * 100000; pytorch/pytorch#90342 is the same family. The fix
 // leaves the running estimates alone for a batch whose statistics are not
@@ -172,10 +172,10 @@ RunResult skip_outcomes(const SkipRun& r, std::string setup) {
                 " running estimates are now inf/NaN and stay so (0.9·NaN + 0.1·batch is NaN). Training "
                 "normalizes with batch statistics and recovers (" +
                 pct(r.train_accuracy) +
-                "); eval normalizes with the running estimates, so every unit of fc1 "
-                "and bn1 is NaN (the library's ReLU maps NaN to 0, where PyTorch's keeps it: " +
+                "); eval normalizes with the running estimates, so bn0's output is NaN, and ReLU passes "
+                "NaN on as PyTorch's does: " +
                 num(r.nonfinite_logits) +
-                " NaN logits here) and the output no longer depends on the input: " + num(r.classes) +
+                " eval logits are NaN, and the output no longer depends on the input: " + num(r.classes) +
                 " class predicted for every held-out sample, " + pct(r.test_accuracy) + " accuracy."
           : "The guard saw the non-finite batch statistics and left the running estimates alone (" +
                 num(r.guarded) + " update(s) left out); the scaler skipped the step as before (" +
@@ -207,6 +207,8 @@ Pitfall bn_skipped_step_not_skipped_pitfall() {
       {
           check("running estimates are inf/NaN",
                 [](const RunResult& r) { return r.get("nonfinite_running_stats") > 0; }),
+          check("eval logits are NaN (ReLU hides no NaN)",
+                [](const RunResult& r) { return r.get("nonfinite_eval_logits") > 0; }),
           check("eval predicts the same class for every held-out sample",
                 [](const RunResult& r) { return r.get("eval_classes_predicted") == 1; }),
           check("eval accuracy is far below training accuracy (by more than 0.3)",

@@ -20,7 +20,7 @@ const std::vector<OpInfo>& known_ops() {
       {"bmm", OpKind::matmul, 0, "a batch of matrix products"},
       {"conv2d", OpKind::matmul, 3, "2-D convolution"},
       {"scaled_dot_product_attention", OpKind::matmul, 4, "softmax(Q K^T / sqrt(d) + mask) V"},
-      {"relu", OpKind::pointwise, 2, "max(x, 0)"},
+      {"relu", OpKind::pointwise, 2, "max(x, 0), NaN kept"},
       {"gelu", OpKind::pointwise, 2, "x Phi(x), exact (erf) or tanh-approximated"},
       {"add", OpKind::pointwise, 4, "a + b, elementwise"},
       {"mul", OpKind::pointwise, 0, "a * b, elementwise"},

@@ -10,7 +10,7 @@
 
 namespace mpt {
 
-/// torch.nn.ReLU: max(x, 0).
+/// torch.nn.ReLU: max(x, 0), a NaN kept as NaN (PyTorch's clamp_min).
 class ReLU final : public Module {
  public:
   /// "ReLU".

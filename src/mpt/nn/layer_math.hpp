@@ -50,17 +50,21 @@ LinearGrads<T> linear_backward(const Mat<T>& x, const Mat<T>& w, const Mat<T>& d
   return {matmul<T>(dy, Op::N, w, Op::N), matmul<T>(dy, Op::T, x, Op::N), dy.colwise().sum()};
 }
 
-/// ReLU forward, elementwise: max(x, 0).
+/// ReLU forward, elementwise: 0 where x <= 0, else x. A NaN stays NaN, as
+/// in PyTorch (relu is clamp_min(x, 0), which propagates NaN): a
+/// mixed-precision library must never turn a NaN into a quiet 0.
 template <typename T>
 Mat<T> relu_forward(const Mat<T>& x) {
-  return x.unaryExpr([](T v) { return v > T(0) ? v : T(0); });
+  return x.unaryExpr([](T v) { return v <= T(0) ? T(0) : v; });
 }
 
-/// ReLU backward: dy where the ReLU's output (equivalently its input) is
-/// positive, else 0 — PyTorch's threshold_backward on the saved output.
+/// ReLU backward: 0 where the ReLU's output (equivalently its input) is
+/// <= 0, else dy — PyTorch's threshold_backward(dy, y, 0) on the saved
+/// output (tools/autograd/derivatives.yaml; aten/src/ATen/native/
+/// Activation.cpp), so a NaN output passes dy through.
 template <typename T>
 Mat<T> relu_backward(const Mat<T>& y, const Mat<T>& dy) {
-  return dy.binaryExpr(y, [](T g, T v) { return v > T(0) ? g : T(0); });
+  return dy.binaryExpr(y, [](T g, T v) { return v <= T(0) ? T(0) : g; });
 }
 
 /// GELU of one value.
