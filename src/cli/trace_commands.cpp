@@ -1,10 +1,10 @@
 // All chapters — `mpt trace`: where each value of a chapter's model is stored
 // in which dtype, from the precision trace of one training step. Chapter 2's
-// MLP, Chapter 3's digits CNN and Chapter 4's tiny Transformer; a later
-// chapter adds its model to kModels and make_model().
+// MLP, Chapter 3's digits CNN and Chapter 4's tiny Transformer, built by
+// the model factory (a later chapter adds its model there).
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
-// and the mpt library's nn tier (Model, Mlp, Cnn, TinyTransformer,
-// trace_step), core tier
+// and the mpt library's nn tier (Model, the model factory, Mlp's
+// Activation, TransformerConfig's defaults, trace_step), core tier
 // (DType, policies, the trace and its renderings, Rng); trace_commands.hpp
 // (what it offers `mpt policy show --model`).
 //
@@ -29,8 +29,8 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/cnn.hpp"
 #include "mpt/nn/mlp.hpp"
+#include "mpt/nn/model_factory.hpp"
 #include "mpt/nn/transformer.hpp"
 #include "trace_commands.hpp"
 
@@ -39,9 +39,9 @@ namespace {
 using mpt::cli::joined;
 using mpt::cli::UsageError;
 
-/// The models `mpt trace` knows: Chapter 2's MLP, Chapter 3's digits CNN,
-/// Chapter 4's tiny Transformer (later chapters add theirs).
-const std::vector<std::string> kModels = {"mlp", "cnn", "transformer"};
+/// The models `mpt trace` knows: the model factory's (Chapter 2's MLP,
+/// Chapter 3's digits CNN, Chapter 4's tiny Transformer).
+const std::vector<std::string>& kModels = mpt::model_names();
 /// The tiny Transformer `mpt trace` runs: TransformerConfig's defaults
 /// (D = 64, H = 4, L = 2, V = 96) on sequences of kTraceTokens tokens.
 constexpr int kTraceTokens = 8;
@@ -206,19 +206,16 @@ Setup setup_of(const TraceArgs& a) {
 }
 
 std::unique_ptr<mpt::Model> make_model(const Setup& s) {
-  if (s.transformer) {
-    mpt::TransformerConfig c;
-    c.dtype = s.config.dtype;
-    c.policy = s.config.policy;
-    c.seed = s.config.seed;
-    return std::make_unique<mpt::TinyTransformer>(c);
+  mpt::ModelSpec m;
+  m.name = s.transformer ? "transformer" : s.cnn ? "cnn" : "mlp";
+  m.policy = s.config.policy;
+  m.dtype = s.config.dtype;
+  m.seed = s.config.seed;
+  if (!s.cnn && !s.transformer) {
+    m.mlp_sizes = s.config.sizes;
+    m.mlp_activation = s.config.activation;
   }
-  if (!s.cnn) return std::make_unique<mpt::Mlp>(s.config);
-  mpt::CnnConfig c;
-  c.dtype = s.config.dtype;
-  c.policy = s.config.policy;
-  c.seed = s.config.seed;
-  return std::make_unique<mpt::Cnn>(c);
+  return mpt::make_model(m);
 }
 
 std::string sizes_text(const std::vector<int>& sizes) {

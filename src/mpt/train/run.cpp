@@ -1,6 +1,6 @@
 // Chapters 05 onwards — one training run (see run.hpp): Chapter 4's runs,
 // data-parallel over ranks since Chapter 5 (which is why this file is tagged 05).
-// Depends on: run.hpp, checkpoint.hpp; the nn tier (Mlp, Cnn,
+// Depends on: run.hpp, checkpoint.hpp; the nn tier (the model factory,
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
 // (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the dist tier
 // (DistributedDataParallel, ShardedOptimizer, the found-inf reduction), the formats tier
@@ -28,10 +28,9 @@
 #include "mpt/dist/sharded.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/cnn.hpp"
 #include "mpt/nn/data.hpp"
 #include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/model_factory.hpp"
 #include "mpt/nn/softmax.hpp"
 #include "mpt/nn/text_data.hpp"
 #include "mpt/nn/transformer.hpp"
@@ -177,30 +176,23 @@ struct TrainRun::Impl {
   Impl(const RunConfig& c, const DataParallel& dp) : config(resolve_config(c)), parallel(dp) {
     const std::shared_ptr<const Policy> policy = parse_policy_string(config.policy).make();
     const std::uint64_t seed = *config.seed;
+    ModelSpec model;
+    model.name = config.model;
+    model.policy = policy;
+    model.seed = seed;
     if (config.model == "mlp") {
       split = config.data == "digits" ? &digits_split() : &blobs_split();
-      MlpConfig m;
-      m.sizes = config.data == "digits" ? std::vector<int>{64, 32, 32, 10} : std::vector<int>{8, 32, 32, 4};
-      m.policy = policy;
-      m.seed = seed;
-      net = std::make_unique<Mlp>(m);
+      model.mlp_sizes =
+          config.data == "digits" ? std::vector<int>{64, 32, 32, 10} : std::vector<int>{8, 32, 32, 4};
     } else if (config.model == "cnn") {
       split = &digits_split();
-      CnnConfig m;
-      m.policy = policy;
-      m.seed = seed;
-      net = std::make_unique<Cnn>(m);
     } else {
-      TransformerConfig m;
-      m.vocab_size = corpus().vocab_size();
-      m.policy = policy;
-      m.seed = seed;
-      auto t = std::make_unique<TinyTransformer>(m);
-      lm = t.get();
-      net = std::move(t);
+      model.vocab_size = corpus().vocab_size();
       text = split_text(corpus().tokens().size());
       windows = Rng(seed);
     }
+    net = make_model(model);
+    lm = dynamic_cast<TinyTransformer*>(net.get());
     // Chapter 6: every pattern must select something, and a preset without
     // master weights (apex O3, jmp params below f32) trains without them.
     const PolicySpec spec = parse_policy_string(config.policy);
@@ -291,9 +283,11 @@ struct TrainRun::Impl {
         const auto [lo, hi] = dist::shard_rows(b.size(), rank(), world());
         b = b.slice(lo, hi - lo);
       }
+      // The loss is an op of the model's Context, as the Transformer's is:
+      // the policy decides what it reads, and a trace sees it.
       const Tensor& out = net->forward(b.x);
-      r.loss = cross_entropy_loss(out, b.labels);
-      dlogits = cross_entropy_backward(out, b.labels, r.scale);
+      r.loss = cross_entropy_loss(out, b.labels, net->context());
+      dlogits = cross_entropy_backward(out, b.labels, r.scale, net->context());
     }
     if (fixed) (void)fixed->scale(r.loss);
     else (void)dynamic.scale(r.loss);
