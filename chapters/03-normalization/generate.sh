@@ -48,6 +48,7 @@ generate_all() {
   gen_run_with_input op-batch-norm "1 10 2 10 3 10 4 14" "mpt op batch_norm --shape 4x2" \
     "$mpt" op batch_norm --shape 4x2
   gen_run variance "ch03_numbers variance" "$numbers" variance
+  gen_run accuracy "ch03_numbers accuracy" "$numbers" accuracy
   gen_run trace-f16 "mpt trace --model cnn --dtype f16 --batch 2 --forward-only" \
     "$mpt" trace --model cnn --dtype f16 --batch 2 --forward-only
   gen_run trace-bn-f32 "mpt trace --model cnn --dtype f16 --batch 2 --keep-f32-ops batch_norm" \

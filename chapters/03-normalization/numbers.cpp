@@ -1,13 +1,13 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the numbers the
 // chapter text quotes that the CLI does not print (program `ch03_numbers`).
 // Depends on: the Chapter 3 layers (batch_norm.hpp, layer_norm.hpp,
-// welford.hpp, cnn.hpp), Chapter 2's training code (../02-loss-scaling/
-// training.hpp: batches, the digits, the loss-scaled step) and GradScaler,
-// Chapter 1's rounding and formats.
+// welford.hpp, cnn.hpp), the variance methods of norm_methods.hpp, Chapter 2's training code
+// (../02-loss-scaling/ training.hpp: batches, the digits, the loss-scaled step) and GradScaler, Chapter 1's
+// rounding and formats.
 //
 // The chapter's README contains no typed-in numbers: generate.sh runs this
 // program once per section and splices the output into the text. Usage:
-//   ch03_numbers variance|cnn|claims
+//   ch03_numbers variance|accuracy|cnn|claims
 // cnn reads the real digits file (it fails with the fetch commands when the
 // file is missing).
 #include <algorithm>
@@ -31,6 +31,7 @@
 #include "mpt/nn/losses.hpp"
 #include "mpt/nn/welford.hpp"
 #include "mpt/optim/sgd.hpp"
+#include "norm_methods.hpp"
 
 namespace {
 
@@ -124,6 +125,62 @@ int variance() {
       "\nx^2 overflows fp16 from |x| = %s on (the first fp16 value whose square rounds past fp16's max,\n"
       "%s); a sum of squares overflows much earlier: 4096 squares of about 10 already pass it\n",
       dec(x).c_str(), dec(limits_of(fp16().spec).max).c_str());
+  return 0;
+}
+
+// --- accuracy: the FP32 variance by six methods, against an exact reference -------
+
+int accuracy() {
+  // FP32 inputs (what PyTorch's float kernels and the library's f32 path
+  // read), 16 channels of 4096 values each, standard deviation 1.
+  constexpr std::int64_t kN = 4096;
+  constexpr int kChannels = 16;
+  const double ratios[] = {10.0, 100.0, 1000.0, 10000.0};
+  struct Method {
+    const char* name;
+    ch03::MeanVar (*run)(const float*, std::int64_t);
+  };
+  const Method methods[] = {
+      {"fp32 naive", ch03::fp32_single_pass},     {"fp32 Welford", ch03::fp32_welford},
+      {"fp32 two-pass", ch03::fp32_two_pass},     {"torch BN (CPU)", ch03::torch_batch_norm},
+      {"torch LN (CPU)", ch03::torch_layer_norm}, {"mpt (CPU)", ch03::mpt_statistics}};
+  constexpr int kMethods = sizeof methods / sizeof methods[0];
+  std::printf("%d channels of %lld FP32 values, standard deviation 1, mean = mean/std; the worst relative\n",
+              kChannels, static_cast<long long>(kN));
+  std::printf("error over the channels of each method's FP32 biased variance, against a two-pass sum in\n");
+  std::printf("long double (norm_methods.hpp has every method with its source)\n\n");
+  std::printf("%-10s", "mean/std");
+  for (const Method& m : methods) std::printf(" %-15s", m.name);
+  std::printf("\n");
+  double worst[4][kMethods] = {};
+  int row = 0;
+  for (const double ratio : ratios) {
+    for (int c = 0; c < kChannels; ++c) {
+      Rng rng(700 + static_cast<std::uint64_t>(c));
+      std::vector<float> x(kN);
+      for (float& v : x) v = static_cast<float>(ratio + rng.normal());
+      const ch03::MeanVar ref = ch03::exact_statistics(x.data(), kN);
+      for (int k = 0; k < kMethods; ++k) {
+        const double e = ch03::relative_error(methods[k].run(x.data(), kN).var_biased, ref.var_biased);
+        worst[row][k] = std::isfinite(e) ? std::max(worst[row][k], e) : e;
+      }
+    }
+    std::printf("%-10s", dec(ratio).c_str());
+    for (int k = 0; k < kMethods; ++k) std::printf(" %-15s", g3(worst[row][k]).c_str());
+    std::printf("\n");
+    ++row;
+  }
+  // How each error grows: the power p of error ~ (mean/std)^p fitted through
+  // the first and the last row (three decades).
+  std::printf("%-10s", "power p");
+  for (int k = 0; k < kMethods; ++k) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.2f", std::log10(worst[3][k] / worst[0][k]) / 3.0);
+    std::printf(" %-15s", buf);
+  }
+  std::printf("\n\npower p: each error grows like (mean/std)^p from the first row to the last.\n");
+  std::printf("FP32's unit roundoff is 2^-24 = %s: an error near it is one rounding of the result.\n",
+              g3(std::ldexp(1.0, -24)).c_str());
   return 0;
 }
 
@@ -367,7 +424,7 @@ int claims() {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: ch03_numbers variance|cnn|claims\n");
+  std::fprintf(stderr, "usage: ch03_numbers variance|accuracy|cnn|claims\n");
   return 2;
 }
 
@@ -378,6 +435,7 @@ int main(int argc, char** argv) {
   const std::string what = argv[1];
   try {
     if (what == "variance") return variance();
+    if (what == "accuracy") return accuracy();
     if (what == "cnn") return cnn();
     if (what == "claims") return claims();
   } catch (const std::exception& e) {

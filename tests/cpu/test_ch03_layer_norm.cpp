@@ -65,7 +65,7 @@ Ref ref_forward(const VecD& x, std::int64_t d, double eps, const VecD* w, const 
   const Layout l{1, static_cast<std::int64_t>(x.size()) / d, d};
   const auto rows = static_cast<std::size_t>(l.channels);
   Ref r{VecD(rows), VecD(rows), VecD(x.size())};
-  std::vector<Welford<double>> st(rows);
+  std::vector<norm_math::Statistics> st(rows);
   norm_math::statistics(x.data(), l, st.data());
   norm_math::mean_invstd(st.data(), l.channels, eps, r.mean.data(), r.rstd.data());
   norm_math::forward(x.data(), l, r.mean.data(), r.rstd.data(), w ? w->data() : nullptr,
@@ -329,7 +329,7 @@ TEST_CASE("the float LayerNorm runs norm_math<float> exactly, rounding only wher
     ln.weight.weights().to_f32(w.data());
     ln.bias.weights().to_f32(b.data());
     const Layout l{1, 5, 6};
-    std::vector<Welford<float>> st(5);
+    std::vector<norm_math::Statistics> st(5);
     VecF mean(5), rstd(5), y(30), dx(30), dw(6), db(6);
     norm_math::statistics(x.data(), l, st.data());
     norm_math::mean_invstd(st.data(), 5, 1e-5f, mean.data(), rstd.data());

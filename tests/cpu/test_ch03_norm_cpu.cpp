@@ -1,7 +1,7 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the order of a
-// run's statistics, and the channel-by-channel CPU forward the layers run,
-// against a double two-pass reference, an independent loop in the documented
-// order, and the whole-tensor formulas rounded once.
+// channel's sums, and the channel-by-channel CPU forward the layers run,
+// against a textbook two-pass reference, an independent loop in the
+// documented order, and the whole-tensor formulas rounded once.
 // Depends on: mpt/nn/norm_cpu.hpp, norm_math.hpp, welford.hpp,
 // batch_norm.hpp, layer_norm.hpp, the core tier (Tensor, Context, Rng).
 #include <doctest/doctest.h>
@@ -63,35 +63,47 @@ std::uint32_t bits(float v) {
 
 // Equal bits, or both NaN (which NaN two NaNs of different signs give is
 // not promised: IEEE leaves it open, and compilers commute + and ×).
-bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits(a) == bits(b); }
+bool same(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  std::uint64_t ua = 0, ub = 0;
+  std::memcpy(&ua, &a, 8);
+  std::memcpy(&ub, &b, 8);
+  return ua == ub;
+}
 
-bool same(const Welford<float>& a, const Welford<float>& b) {
+bool same(const norm_math::Statistics& a, const norm_math::Statistics& b) {
   return a.count == b.count && same(a.mean, b.mean) && same(a.m2, b.m2);
 }
 
-// The order norm_math.hpp documents, written out again: value i of each
-// block of 64 to lane i mod 8; a lane's 8 values of a block as the pairs
-// (0 1)(2 3)(4 5)(6 7) by Welford's update, merged ((0 1)(2 3))((4 5)(6 7));
-// each block merged into its lane; the lanes merged ((0 1)(2 3))((4 5)(6 7));
-// the values after the last full block added one at a time.
-Welford<float> documented_order(const float* x, std::size_t n) {
-  Welford<float> lane[8];
-  const std::size_t blocks = n / 64;
-  for (std::size_t b = 0; b < blocks; ++b)
-    for (std::size_t k = 0; k < 8; ++k) {
-      Welford<float> pair[4];
-      for (std::size_t t = 0; t < 8; ++t) welford_add(pair[t / 2], x[64 * b + 8 * t + k]);
-      lane[k] = welford_merge(
-          lane[k], welford_merge(welford_merge(pair[0], pair[1]), welford_merge(pair[2], pair[3])));
+// The order norm_math.hpp documents, written out again for one channel of
+// `runs` runs of n values, run r at x + r·stride: value i of every run into
+// lane i mod 16 in double, runs in order; the lanes added (0+1)+(2+3) within
+// each four, then the fours pairwise; mean = total / count; then the same
+// for (x − mean)².
+norm_math::Statistics documented_order(const float* x, std::size_t n, std::size_t runs = 1,
+                                       std::size_t stride = 0) {
+  const auto total = [](const double* l) {
+    const double q0 = (l[0] + l[1]) + (l[2] + l[3]), q1 = (l[4] + l[5]) + (l[6] + l[7]);
+    const double q2 = (l[8] + l[9]) + (l[10] + l[11]), q3 = (l[12] + l[13]) + (l[14] + l[15]);
+    return (q0 + q1) + (q2 + q3);
+  };
+  double lane[16] = {}, sq[16] = {};
+  for (std::size_t r = 0; r < runs; ++r)
+    for (std::size_t i = 0; i < n; ++i) lane[i % 16] += static_cast<double>(x[r * stride + i]);
+  norm_math::Statistics s;
+  s.count = static_cast<std::int64_t>(n * runs);
+  s.mean = total(lane) / static_cast<double>(s.count);
+  for (std::size_t r = 0; r < runs; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(x[r * stride + i]) - s.mean;
+      sq[i % 16] += d * d;
     }
-  Welford<float> s =
-      welford_merge(welford_merge(welford_merge(lane[0], lane[1]), welford_merge(lane[2], lane[3])),
-                    welford_merge(welford_merge(lane[4], lane[5]), welford_merge(lane[6], lane[7])));
-  for (std::size_t i = 64 * blocks; i < n; ++i) welford_add(s, x[i]);
+  s.m2 = total(sq);
   return s;
 }
 
-const std::size_t kLengths[] = {1, 2, 7, 8, 63, 64, 65, 71, 127, 128, 129, 200, 1000, 1024, 4096};
+const std::size_t kLengths[] = {1,  2,  7,   15,  16,  17,  31,   63,   64,
+                                65, 71, 127, 128, 129, 200, 1000, 1024, 4096};
 
 // A tensor of values rounded into d (RNE).
 Tensor tensor(const VecF& v, Shape s, DType d) { return Tensor::from_f32(v.data(), std::move(s), d); }
@@ -99,7 +111,7 @@ Tensor tensor(const VecF& v, Shape s, DType d) { return Tensor::from_f32(v.data(
 // The whole-tensor formulas on the widened x, y rounded once into `out`:
 // what norm_cpu::forward must give, bit for bit.
 struct Whole {
-  std::vector<Welford<float>> stats;
+  std::vector<norm_math::Statistics> stats;
   VecF mean, invstd;
   Tensor y;
 };
@@ -146,58 +158,40 @@ const char* name(Implementation i) { return i == Implementation::portable ? "por
 
 }  // namespace
 
-// --- the order of a run's statistics ----------------------------------------------
+// --- the order of a channel's sums ---------------------------------------------------
 
-TEST_CASE("run_statistics in double agrees with the two-pass reference at every length") {
-  const std::vector<double> v = normals(4096, 3.0, 2.0, 1);
-  for (std::size_t n : kLengths) {
-    CAPTURE(n);
-    const Welford<double> s = norm_math::run_statistics(v.data(), static_cast<std::int64_t>(n));
-    const TwoPass ref = two_pass(v.data(), n);
-    CHECK(s.count == static_cast<std::int64_t>(n));
-    CHECK(rel(s.mean, ref.mean) < 1e-14);
-    if (n > 1) CHECK(rel(s.m2, ref.m2) < 1e-13);
-  }
-}
-
-TEST_CASE("run_statistics takes the documented order; shorter than 64 is Welford one value at a time") {
+TEST_CASE("norm_math::statistics takes the documented order, and agrees with the textbook two-pass") {
   const VecF x = to_float(normals(4096, -2.0, 1.5, 2));
   for (std::size_t n : kLengths) {
     CAPTURE(n);
-    const Welford<float> s = norm_math::run_statistics(x.data(), static_cast<std::int64_t>(n));
-    const Welford<float> ref = documented_order(x.data(), n);
-    CHECK(s.count == ref.count);
-    CHECK(bits(s.mean) == bits(ref.mean));
-    CHECK(bits(s.m2) == bits(ref.m2));
-    if (n < 64) {
-      Welford<float> one;
-      for (std::size_t i = 0; i < n; ++i) welford_add(one, x[i]);
-      CHECK(bits(s.mean) == bits(one.mean));
-      CHECK(bits(s.m2) == bits(one.m2));
-    }
+    norm_math::Statistics s;
+    norm_math::statistics(x.data(), Layout{1, 1, static_cast<std::int64_t>(n)}, &s);
+    CHECK(same(s, documented_order(x.data(), n)));
+    const TwoPass ref = two_pass(x.data(), n);
+    CHECK(rel(s.mean, ref.mean) < 1e-14);
+    if (n > 1) CHECK(rel(s.m2, ref.m2) < 1e-13);
   }
+  // A channel of several runs: the runs in the order of n, each run's value
+  // i into lane i mod 16 (so the lanes of a run of 71 do not continue where
+  // the previous run's stopped).
+  const Layout l{5, 3, 71};
+  std::vector<norm_math::Statistics> st(3);
+  norm_math::statistics(x.data(), l, st.data());
+  for (std::size_t c = 0; c < 3; ++c) CHECK(same(st[c], documented_order(x.data() + c * 71, 71, 5, 3 * 71)));
+  // The empty set: count 0, mean and M2 0 (not 0/0).
+  norm_math::Statistics none;
+  norm_math::statistics(x.data(), Layout{1, 1, 0}, &none);
+  CHECK(none.count == 0);
+  CHECK(none.mean == 0.0);
+  CHECK(none.m2 == 0.0);
 }
 
-TEST_CASE("float run_statistics at mean 1000, std 1: the variance to 1e-4 of the double two-pass") {
-  // x² is ~10⁶ here: a formula that forms Σx² loses the variance (see
-  // test_ch03_welford); the blocked Welford order keeps it to the limit of
-  // the data: the values' spacing is 2⁻¹⁴·1000 ≈ 6·10⁻⁵ of a spread of 1.
-  const VecF x = to_float(normals(4096, 1000.0, 1.0, 3));
-  for (std::size_t n : {std::size_t{64}, std::size_t{1000}, std::size_t{4096}}) {
-    CAPTURE(n);
-    const Welford<float> s = norm_math::run_statistics(x.data(), static_cast<std::int64_t>(n));
-    const TwoPass ref = two_pass(x.data(), n);  // on the float values themselves
-    CHECK(rel(s.mean, ref.mean) < 1e-6);
-    CHECK(rel(s.m2, ref.m2) < 1e-4);
-  }
-}
-
-TEST_CASE("norm_cpu::run_statistics gives norm_math's bits, also on inf, NaN, -0, subnormals, overflow") {
+TEST_CASE("norm_cpu::run_statistics gives norm_math's bits, also on inf, NaN, -0, subnormals, huge values") {
   VecF x = to_float(normals(4096, 0.5, 3.0, 4));
   VecF special = x;
   special[3] = -0.0f;
   special[70] = 1e-40f;  // an fp32 subnormal
-  special[200] = 3e38f;  // M2 overflows to inf
+  special[200] = 3e38f;  // its square is far beyond FP32: fine in double
   special[1500] = std::numeric_limits<float>::infinity();
   special[2900] = std::numeric_limits<float>::quiet_NaN();
   for (const VecF* v : {&x, &special})
@@ -205,12 +199,18 @@ TEST_CASE("norm_cpu::run_statistics gives norm_math's bits, also on inf, NaN, -0
       for (Implementation impl : kImpls) {
         CAPTURE(n);
         CAPTURE(name(impl));
-        const Welford<float> got = norm_cpu::run_statistics(v->data(), static_cast<std::int64_t>(n), impl);
-        const Welford<float> ref = norm_math::run_statistics(v->data(), static_cast<std::int64_t>(n));
+        const norm_math::Statistics got =
+            norm_cpu::run_statistics(v->data(), static_cast<std::int64_t>(n), impl);
+        norm_math::Statistics ref;
+        norm_math::statistics(v->data(), Layout{1, 1, static_cast<std::int64_t>(n)}, &ref);
         CHECK(same(got, ref));
       }
-  // The specials do reach the statistics.
-  CHECK(std::isinf(norm_cpu::run_statistics(special.data(), 1000).m2));
+  // The specials do reach the statistics: 3e38 squared is kept (FP32 would
+  // overflow), an inf makes the mean inf and M2 NaN, a NaN makes both NaN.
+  const norm_math::Statistics big = norm_cpu::run_statistics(special.data(), 1000);
+  CHECK(std::isfinite(big.m2));
+  CHECK(big.m2 > 8e76);
+  CHECK(std::isinf(norm_cpu::run_statistics(special.data(), 2000).mean));
   CHECK(std::isnan(norm_cpu::run_statistics(special.data(), 4096).mean));
 }
 
@@ -253,7 +253,7 @@ TEST_CASE("norm_cpu::forward is the whole-tensor formulas rounded once, bit for 
               const VecF gm = to_float(normals(c, 0.5, 0.2, 13)), gi = to_float(normals(c, 1.5, 0.2, 14));
               const Whole ref = given ? whole(x, l, k.axis, wp, bp, 1e-5f, out, &gm, &gi)
                                       : whole(x, l, k.axis, wp, bp, 1e-5f, out);
-              std::vector<Welford<float>> st(c);
+              std::vector<norm_math::Statistics> st(c);
               VecF mean = given ? gm : VecF(c), invstd = given ? gi : VecF(c);
               const Tensor y =
                   norm_cpu::forward(x, l, k.axis, wp, bp, 1e-5f, out, given ? nullptr : st.data(),
@@ -274,7 +274,7 @@ TEST_CASE("norm_cpu::forward on inf, NaN, -0, fp16 subnormals and an overflowing
   const Layout l{2, 3, 136};
   const auto n = static_cast<std::size_t>(l.numel());
   VecF xv = to_float(normals(n, 0.0, 1.0, 20));
-  xv[5] = std::numeric_limits<float>::infinity();         // channel 0: inf, then NaN statistics
+  xv[5] = std::numeric_limits<float>::infinity();         // channel 0: inf, then an inf mean and NaN M2
   xv[136 + 9] = std::numeric_limits<float>::quiet_NaN();  // channel 1
   xv[272 + 1] = -0.0f;                                    // channel 2: finite, with -0,
   xv[272 + 2] = 0x1p-20f;                                 // an fp16 subnormal,
@@ -287,13 +287,14 @@ TEST_CASE("norm_cpu::forward on inf, NaN, -0, fp16 subnormals and an overflowing
         CAPTURE(name(impl));
         const Tensor x = tensor(xv, {2, 3, 136}, xd);
         const Whole ref = whole(x, l, AffineAxis::channel, w.data(), b.data(), 1e-5f, out);
-        std::vector<Welford<float>> st(3);
+        std::vector<norm_math::Statistics> st(3);
         VecF mean(3), invstd(3);
         const Tensor y = norm_cpu::forward(x, l, AffineAxis::channel, w.data(), b.data(), 1e-5f, out,
                                            st.data(), mean.data(), invstd.data(), impl);
         CHECK(first_difference(y, ref.y) == -1);
         for (std::size_t j = 0; j < 3; ++j) CHECK(same(st[j], ref.stats[j]));
-        CHECK(std::isnan(mean[0]));
+        CHECK(std::isinf(mean[0]));  // an inf makes the mean inf (PyTorch's answer), M2 NaN
+        CHECK(std::isnan(invstd[0]));
         CHECK(std::isnan(mean[1]));
         CHECK(std::isfinite(mean[2]));
         const VecF yv = widened(y);
@@ -326,12 +327,12 @@ TEST_CASE("an fp16 NaN with a payload is read as the canonical quiet NaN, as Ten
       CAPTURE(std::string(dtype_name(out)));
       CAPTURE(name(impl));
       const Whole ref = whole(x, l, AffineAxis::inner, nullptr, nullptr, 1e-5f, out);
-      std::vector<Welford<float>> st(2);
+      std::vector<norm_math::Statistics> st(2);
       VecF mean(2), invstd(2);
       const Tensor y = norm_cpu::forward(x, l, AffineAxis::inner, nullptr, nullptr, 1e-5f, out, st.data(),
                                          mean.data(), invstd.data(), impl);
       CHECK(bits(mean[0]) == 0x7fc00000u);
-      CHECK(bits(st[0].m2) == bits(ref.stats[0].m2));
+      CHECK(same(st[0].m2, ref.stats[0].m2));
       // Every code of y, NaNs included, as the formulas and from_f32 give it.
       CHECK(std::memcmp(y.raw(), ref.y.raw(), y.bytes()) == 0);
       // With given (finite) statistics, as BatchNorm's eval mode, the NaN x
@@ -353,7 +354,7 @@ TEST_CASE("norm_cpu::forward reads a scaled tensor as to_f32 does, and refuses a
   const Tensor x = Tensor::from_f32_scaled(xv.data(), {2, 2, 70}, DType::f16, 8.0f);
   for (Implementation impl : kImpls) {
     const Whole ref = whole(x, l, AffineAxis::channel, nullptr, nullptr, 1e-5f, DType::f32);
-    std::vector<Welford<float>> st(2);
+    std::vector<norm_math::Statistics> st(2);
     VecF mean(2), invstd(2);
     const Tensor y = norm_cpu::forward(x, l, AffineAxis::channel, nullptr, nullptr, 1e-5f, DType::f32,
                                        st.data(), mean.data(), invstd.data(), impl);

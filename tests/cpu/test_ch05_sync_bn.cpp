@@ -130,17 +130,16 @@ constexpr float kTolSum = 5e-3f;
 }  // namespace
 
 TEST_CASE("merge_in_rank_order: Chan's merge of rank 0, then 1, ...; its size check") {
-  const std::vector<mpt::Welford<float>> g{
-      {2, 1.0f, 2.0f}, {0, 0.0f, 0.0f}, {2, 3.0f, 2.0f}, {4, 5.0f, 0.0f}};
+  const std::vector<mpt::norm_math::Statistics> g{{2, 1.0, 2.0}, {0, 0.0, 0.0}, {2, 3.0, 2.0}, {4, 5.0, 0.0}};
   // 2 ranks x 2 channels: channel 0 = {2, 1, 2} ∪ {2, 3, 2}, channel 1 = {} ∪ {4, 5, 0}.
   const auto m = mpt::dist::merge_in_rank_order(g, 2, 2);
   REQUIRE(m.size() == 2);
   CHECK(m[0].count == 4);
-  CHECK(m[0].mean == 2.0f);
-  CHECK(m[0].m2 == 8.0f);  // 2 + 2 + δ²·nₐ·n_b/n = 4 + 4·2·2/4
+  CHECK(m[0].mean == 2.0);
+  CHECK(m[0].m2 == 8.0);  // 2 + 2 + δ²·nₐ·n_b/n = 4 + 4·2·2/4
   CHECK(m[1].count == 4);
-  CHECK(m[1].mean == 5.0f);
-  CHECK(m[1].m2 == 0.0f);
+  CHECK(m[1].mean == 5.0);
+  CHECK(m[1].m2 == 0.0);
   CHECK_THROWS_WITH_AS(
       mpt::dist::merge_in_rank_order(g, 3, 2),
       "merge_in_rank_order: 4 statistics for 3 ranks of 2 channels; expected world x channels",
@@ -150,7 +149,7 @@ TEST_CASE("merge_in_rank_order: Chan's merge of rank 0, then 1, ...; its size ch
 TEST_CASE("BatchNorm's reduction seam: both or neither; unset, nothing is called and nothing changes") {
   mpt::BatchNorm bn(2);
   CHECK_FALSE(bn.has_statistics_reduction());
-  CHECK_THROWS_WITH_AS(bn.set_statistics_reduction([](std::vector<mpt::Welford<float>>&) {}, nullptr),
+  CHECK_THROWS_WITH_AS(bn.set_statistics_reduction([](std::vector<mpt::norm_math::Statistics>&) {}, nullptr),
                        "BatchNorm: set_statistics_reduction needs both the statistics and the gradient-sums "
                        "reduction, or neither (clear_statistics_reduction)",
                        std::invalid_argument);
@@ -160,7 +159,7 @@ TEST_CASE("BatchNorm's reduction seam: both or neither; unset, nothing is called
   const VecF dy = randn(x.size(), 12, 0.0, 1.0);
   mpt::BatchNorm plain = make_bn(), hooked = make_bn();
   int stats_calls = 0, sums_calls = 0;
-  hooked.set_statistics_reduction([&](std::vector<mpt::Welford<float>>&) { ++stats_calls; },
+  hooked.set_statistics_reduction([&](std::vector<mpt::norm_math::Statistics>&) { ++stats_calls; },
                                   [&](VecF&) { ++sums_calls; });
   const BnResult a = run_bn(plain, x, dy, 0, kB), b = run_bn(hooked, x, dy, 0, kB);
   CHECK(stats_calls == 1);

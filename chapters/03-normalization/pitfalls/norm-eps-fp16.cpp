@@ -90,17 +90,17 @@ RunResult eps_outcomes(const EpsRun& r, std::string setup, std::string why);
 // ---------------------------------------------------------------------------
 // The broken run.
 
-/// The FP32 statistics of the library (Welford), then var + eps and the
+/// The FP32 statistics of the library (norm_math::statistics), then var + eps and the
 /// rsqrt in fp16, as a half-precision kernel that stores its intermediates
 /// in fp16 computes them; the output (x − mean)·invstd in FP32, rounded once
 /// into fp16. It exists only as this pitfall.
 Normalized fp16_eps_batch_norm(const std::vector<float>& x, const norm_math::Layout& l, double eps) {
-  std::vector<Welford<float>> stats(static_cast<std::size_t>(l.channels));
+  std::vector<norm_math::Statistics> stats(static_cast<std::size_t>(l.channels));
   norm_math::statistics(x.data(), l, stats.data());
   Normalized r{std::vector<float>(x.size()), std::vector<float>(static_cast<std::size_t>(l.channels))};
   for (std::int64_t c = 0; c < l.channels; ++c) {
-    const Welford<float>& s = stats[static_cast<std::size_t>(c)];
-    const float var = welford_variance_biased(s);
+    const norm_math::Statistics& s = stats[static_cast<std::size_t>(c)];
+    const float var = norm_math::variance_biased<float>(s), mean = static_cast<float>(s.mean);
     //! [norm-eps-fp16-broken]
     const float eps16 = h(static_cast<float>(eps));                  // 1e-5: a subnormal; 1e-8: 0
     const float invstd = h(1.0f / h(std::sqrt(h(h(var) + eps16))));  // var 0 + eps 0: 1/√0 = inf
@@ -108,7 +108,7 @@ Normalized fp16_eps_batch_norm(const std::vector<float>& x, const norm_math::Lay
     r.invstd[static_cast<std::size_t>(c)] = invstd;
     for (std::int64_t n = 0; n < l.outer; ++n) {
       const auto e = static_cast<std::size_t>(l.offset(n, c, 0));
-      r.y[e] = h((x[e] - s.mean) * invstd);  // 0·inf = NaN, d·inf = ±inf
+      r.y[e] = h((x[e] - mean) * invstd);  // 0·inf = NaN, d·inf = ±inf
     }
   }
   return r;

@@ -10,8 +10,8 @@
 // channel is all-gathered and merged, and in backward the two per-channel
 // sums dx needs are all-reduced. Here both go through BatchNorm's seam
 // (BatchNorm::set_statistics_reduction): the nn tier calls two functions and
-// this tier makes them collectives. The merge is Chan's (welford_merge, in
-// FP32) in rank order, and the sums are all_reduce_fixed_order: every rank
+// this tier makes them collectives. The merge is Chan's (welford_merge, on
+// the layers' double statistics) in rank order, and the sums are all_reduce_fixed_order: every rank
 // computes the same operations on the same gathered bytes, so every rank
 // normalizes with identical bits, whatever the engine.
 #pragma once
@@ -22,6 +22,7 @@
 #include "mpt/dist/communicator.hpp"
 #include "mpt/nn/batch_norm.hpp"
 #include "mpt/nn/model.hpp"
+#include "mpt/nn/norm_math.hpp"
 #include "mpt/nn/welford.hpp"
 
 namespace mpt::dist {
@@ -30,8 +31,8 @@ namespace mpt::dist {
 /// gathered[r·channels + c] is rank r's channel c. What every rank computes
 /// from the all-gather, so every rank gets the same bits. Throws
 /// std::invalid_argument unless gathered.size() == world·channels.
-std::vector<Welford<float>> merge_in_rank_order(const std::vector<Welford<float>>& gathered, int world,
-                                                std::size_t channels);
+std::vector<norm_math::Statistics> merge_in_rank_order(const std::vector<norm_math::Statistics>& gathered,
+                                                       int world, std::size_t channels);
 
 /// Make `bn` a SyncBatchNorm over `comm`: its training-mode statistics are
 /// all-gathered and merged (merge_in_rank_order), its backward's Σdy and

@@ -210,9 +210,10 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
   used_count_ = l.count();
   Tensor out;
   if (batch) {
-    // FP32 Welford statistics, whatever dtype x is stored in, and y from
-    // them: norm_math's formulas, one channel at a time (norm_cpu.hpp).
-    std::vector<Welford<float>> stats(nc);
+    // The statistics (double sums, rounded once into FP32), whatever dtype
+    // x is stored in, and y from them in FP32: norm_math's formulas, one
+    // run at a time (norm_cpu.hpp).
+    std::vector<norm_math::Statistics> stats(nc);
     if (sync) {
       // This rank's statistics (the order norm_cpu::forward takes them in),
       // replaced by the global ones; then y from those.
@@ -244,7 +245,7 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Context& ctx) {
       std::vector<float> unbiased(nc);
       bool finite = true;
       for (std::size_t k = 0; k < nc; ++k) {
-        unbiased[k] = welford_variance_unbiased(stats[k]);
+        unbiased[k] = norm_math::variance_unbiased<float>(stats[k]);
         finite = finite && std::isfinite(mean[k]) && std::isfinite(unbiased[k]);
       }
       if (options_.guard_running_update && !finite) {

@@ -21,8 +21,9 @@
 //   track_running_stats there are none, and batch statistics are used in
 //   eval too (PyTorch's bn_training).
 //
-// Precision: whatever the policy stores, the statistics are computed in
-// FP32 by Welford from the widened input; the running estimates and the
+// Precision: whatever the policy stores, the statistics are taken from the
+// widened input with double sums and rounded once into FP32, and the
+// normalization is computed in FP32 (norm_math.hpp); the running estimates and the
 // affine parameters' model copies are in Policy::parameter_dtype
 // ("batch_norm", path) — what model.half() does to a BatchNorm's buffers —
 // and every running update is computed in FP32 and rounded once into that
@@ -41,8 +42,8 @@
 #include <vector>
 
 #include "mpt/nn/module.hpp"
+#include "mpt/nn/norm_math.hpp"
 #include "mpt/nn/parameter.hpp"
-#include "mpt/nn/welford.hpp"
 
 namespace mpt {
 
@@ -99,10 +100,11 @@ class BatchNorm final : public Module {
   /// because guard_running_update saw a non-finite batch statistic.
   bool running_update_skipped() const { return skipped_; }
 
-  /// See set_statistics_reduction(): this rank's per-channel FP32 Welford
-  /// statistics (C entries) in, the merged statistics of every rank's batch
-  /// out (same size, every count the global number of values per channel).
-  using StatisticsReduction = std::function<void(std::vector<Welford<float>>& stats)>;
+  /// See set_statistics_reduction(): this rank's per-channel statistics
+  /// (C entries: count, and mean and M2 in double) in, the merged statistics
+  /// of every rank's batch out (same size, every count the global number of
+  /// values per channel).
+  using StatisticsReduction = std::function<void(std::vector<norm_math::Statistics>& stats)>;
   /// See set_statistics_reduction(): [Σdy (C), Σdy·x̂ (C)] over this rank's
   /// values in, the sums over every rank's values out.
   using GradientSumsReduction = std::function<void(std::vector<float>& sums)>;

@@ -96,9 +96,10 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Context& ctx) {
     w = widened(wt);
     b = widened(bt);
   }
-  // FP32 Welford statistics per row, whatever dtype x is stored in, and y
-  // from them: norm_math's formulas, one row at a time (norm_cpu.hpp).
-  std::vector<Welford<float>> stats(static_cast<std::size_t>(rows));
+  // The statistics of each row (double sums, rounded once into FP32),
+  // whatever dtype x is stored in, and y from them in FP32: norm_math's
+  // formulas, one row at a time (norm_cpu.hpp).
+  std::vector<norm_math::Statistics> stats(static_cast<std::size_t>(rows));
   std::vector<float> mean(stats.size()), rstd(stats.size());
   Tensor out = norm_cpu::forward(x_, l, norm_math::AffineAxis::inner, affine ? w.data() : nullptr,
                                  affine ? b.data() : nullptr, static_cast<float>(options_.eps), op_.output,

@@ -9,8 +9,9 @@
 // variance, y = (x − mean)/√(var + eps)·γ + β, with γ and β of shape
 // normalized_shape. No running estimates: training and eval are the same.
 //
-// Precision as BatchNorm's: statistics and normalization in FP32 (Welford)
-// from the widened input, whatever the policy stores; γ's and β's model
+// Precision as BatchNorm's: statistics from the widened input with double
+// sums, rounded once into FP32, and normalization in FP32, whatever the
+// policy stores; γ's and β's model
 // copies in Policy::parameter_dtype("layer_norm", path).
 #pragma once
 

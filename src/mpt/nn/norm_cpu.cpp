@@ -1,10 +1,11 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the CPU forward
 // both layers run, one channel at a time.
-// Depends on: norm_cpu.hpp, norm_math.hpp, welford.hpp; cpu_dispatch.hpp
+// Depends on: norm_cpu.hpp, norm_math.hpp; cpu_dispatch.hpp
 // (the AVX2-or-portable choice); Chapter 2's tensor conversions (load_from,
 // store_as: the rounding every Tensor write goes through).
 #include "mpt/nn/norm_cpu.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -13,7 +14,6 @@
 
 #include "mpt/formats/cpu_dispatch.hpp"
 #include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
 
 namespace mpt::norm_cpu {
 namespace {
@@ -27,31 +27,59 @@ bool use_avx2(Implementation impl) {
                           "Implementation::portable or automatic");
 }
 
-// The statistics of one run of n values at x (f32, or fp16 codes when
-// `f16`), in run_statistics' order: the lanes by the AVX2 loop or the
-// portable one, then the lanes merged and the values after the last full
-// block added (widened first when they are codes).
-Welford<float> run_statistics_of(const void* x, bool f16, std::int64_t n, bool avx2) {
-  const std::int64_t blocks = n / norm_math::kRunBlock, done = blocks * norm_math::kRunBlock;
-  if (!avx2) return norm_math::run_statistics(static_cast<const float*>(x), n);
-  Welford<float> lanes[norm_math::kRunLanes];
-  float rest[norm_math::kRunBlock];
+// The two passes' sums over one run of n values at x (f32, or fp16 codes
+// when `f16`), added into lanes (norm_math::kSumLanes doubles) in
+// add_run_sums' and add_run_squares' order: the full groups of 16 by the
+// AVX2 loop when `avx2`, everything else by the portable loop (fp16 codes
+// widened first).
+template <class Avx2, class Portable>
+void add_run(const void* x, bool f16, std::int64_t n, bool avx2, Avx2 avx2_loop, Portable portable_loop) {
+  std::int64_t done = 0;
 #if defined(MPT_HAVE_AVX2_PATH)
-  if (f16) {
-    const auto* codes = static_cast<const std::uint16_t*>(x);
-    detail::run_lane_statistics_avx2(codes, blocks, lanes);
-    load_from(DType::f16, codes + done, rest, static_cast<std::size_t>(n - done));
-    return norm_math::run_statistics_finish(lanes, rest, n - done);
-  }
-  const auto* values = static_cast<const float*>(x);
-  detail::run_lane_statistics_avx2(values, blocks, lanes);
-  return norm_math::run_statistics_finish(lanes, values + done, n - done);
+  if (avx2)
+    done =
+        f16 ? avx2_loop(static_cast<const std::uint16_t*>(x), n) : avx2_loop(static_cast<const float*>(x), n);
 #else
-  (void)f16;
-  (void)rest;
-  (void)done;
-  return norm_math::run_statistics(static_cast<const float*>(x), n);
+  (void)avx2;
+  (void)avx2_loop;
 #endif
+  if (done == n) return;
+  if (!f16) {
+    portable_loop(static_cast<const float*>(x) + done, n - done, done);
+    return;
+  }
+  float rest[norm_math::kSumLanes];
+  for (std::int64_t i = done; i < n; i += norm_math::kSumLanes) {
+    const std::int64_t m = std::min<std::int64_t>(norm_math::kSumLanes, n - i);
+    load_from(DType::f16, static_cast<const std::uint16_t*>(x) + i, rest, static_cast<std::size_t>(m));
+    portable_loop(rest, m, i);
+  }
+}
+
+// Σx of one run into lanes (value i of the run into lane i mod 16).
+void add_sums(const void* x, bool f16, std::int64_t n, bool avx2, double* lanes) {
+  add_run(
+      x, f16, n, avx2,
+      [lanes](const auto* p, std::int64_t m) { return detail::add_run_sums_avx2(p, m, lanes); },
+      [lanes](const float* p, std::int64_t m, std::int64_t first) {
+        // first is a multiple of 16 (the AVX2 loop and the fp16 chunks take
+        // whole groups), so value first + i still goes to lane i mod 16.
+        (void)first;
+        norm_math::add_run_sums(p, m, lanes);
+      });
+}
+
+// Σ(x − mean)² of one run into lanes.
+void add_squares(const void* x, bool f16, std::int64_t n, bool avx2, double mean, double* lanes) {
+  add_run(
+      x, f16, n, avx2,
+      [lanes, mean](const auto* p, std::int64_t m) {
+        return detail::add_run_squares_avx2(p, m, mean, lanes);
+      },
+      [lanes, mean](const float* p, std::int64_t m, std::int64_t first) {
+        (void)first;
+        norm_math::add_run_squares(p, m, mean, lanes);
+      });
 }
 
 // y[i] = x̂·γ + β for i in [0, n), the values at position first + i of their
@@ -100,10 +128,14 @@ void normalize_into(const void* x, bool x_f16, std::int64_t n, const detail::Nor
   }
 }
 
-// The whole-tensor formulas as they are written, for runs too short for the
-// channel-by-channel loop to pay (a BatchNorm on [N, C] has runs of one).
+// Runs shorter than this take the whole-tensor formulas as they are written:
+// the channel-by-channel loop does not pay for them (a BatchNorm on [N, C]
+// has runs of one).
+constexpr std::int64_t kShortRun = 64;
+
+// The whole-tensor formulas as they are written, for short runs.
 Tensor forward_whole(const Tensor& x, const Layout& l, AffineAxis axis, const float* weight,
-                     const float* bias, float eps, DType out, Welford<float>* stats, float* mean,
+                     const float* bias, float eps, DType out, norm_math::Statistics* stats, float* mean,
                      float* invstd) {
   std::vector<float> xf(static_cast<std::size_t>(x.numel()));
   x.to_f32(xf.data());
@@ -118,21 +150,28 @@ Tensor forward_whole(const Tensor& x, const Layout& l, AffineAxis axis, const fl
 
 }  // namespace
 
-Welford<float> run_statistics(const float* x, std::int64_t n, Implementation impl) {
-  return run_statistics_of(x, false, n, use_avx2(impl));
+norm_math::Statistics run_statistics(const float* x, std::int64_t n, Implementation impl) {
+  const bool avx2 = use_avx2(impl);
+  double lanes[norm_math::kSumLanes] = {}, squares[norm_math::kSumLanes] = {};
+  add_sums(x, false, n, avx2, lanes);
+  norm_math::Statistics s;
+  s.count = n;
+  s.mean = n > 0 ? norm_math::lanes_total(lanes) / static_cast<double>(n) : 0.0;
+  add_squares(x, false, n, avx2, s.mean, squares);
+  s.m2 = norm_math::lanes_total(squares);
+  return s;
 }
 
 Tensor forward(const Tensor& x, const norm_math::Layout& l, norm_math::AffineAxis axis, const float* weight,
-               const float* bias, float eps, DType out, Welford<float>* stats, float* mean, float* invstd,
-               Implementation impl) {
+               const float* bias, float eps, DType out, norm_math::Statistics* stats, float* mean,
+               float* invstd, Implementation impl) {
   if (x.numel() != l.numel())
     throw std::invalid_argument("norm_cpu::forward: x has " + std::to_string(x.numel()) +
                                 " elements but the layout (" + std::to_string(l.outer) + ", " +
                                 std::to_string(l.channels) + ", " + std::to_string(l.inner) + ") has " +
                                 std::to_string(l.numel()));
   const bool avx2 = use_avx2(impl);
-  if (l.inner < norm_math::kRunBlock)
-    return forward_whole(x, l, axis, weight, bias, eps, out, stats, mean, invstd);
+  if (l.inner < kShortRun) return forward_whole(x, l, axis, weight, bias, eps, out, stats, mean, invstd);
 
   Tensor y = Tensor::uninitialized(out, x.shape());
   // y is new and its buffer its own (no copy shares it yet): its codes are
@@ -154,13 +193,13 @@ Tensor forward(const Tensor& x, const norm_math::Layout& l, norm_math::AffineAxi
 
   // One run at a time, in memory order: the hardware prefetchers follow
   // that, where a BatchNorm channel alone is N stretches of H·W values,
-  // C·H·W apart, which they follow badly (reading x twice in memory order
-  // measured faster than once a channel at a time). So a BatchNorm in
-  // training makes two passes: every run's statistics, merged per channel in
-  // the order of n as norm_math::statistics merges them, then every run's
-  // normalization. A LayerNorm row is a channel of its own: its statistics
-  // and its normalization follow each other, and the second reads the row
-  // from the L1 cache.
+  // C·H·W apart, which they follow badly (reading x more often in memory
+  // order measured faster than once a channel at a time). So a BatchNorm in
+  // training makes three passes: every run's Σx into its channel's lanes,
+  // in the order of n as norm_math::statistics adds them, then every run's
+  // Σ(x − mean)², then every run's normalization. A LayerNorm row is a
+  // channel of its own: its two sums and its normalization follow each
+  // other, and the later ones read the row from the L1 cache.
   std::vector<float> xs(x_in_place ? 0 : inner);  // one run, widened
   std::vector<float> ys(y_in_place ? 0 : inner);  // one run of y in FP32
   // Run (n, c) where the loops read it: in x itself, or widened into xs as
@@ -175,29 +214,43 @@ Tensor forward(const Tensor& x, const norm_math::Layout& l, norm_math::AffineAxi
     }
     return xs.data();
   };
+  // Channel c's M2 from its lanes (its count and mean are set), then its
+  // mean and invstd in FP32.
+  const auto finish = [&](std::int64_t c, const double* squares) {
+    stats[c].m2 = norm_math::lanes_total(squares);
+    norm_math::mean_invstd(&stats[c], 1, eps, &mean[c], &invstd[c]);
+  };
   const bool two_passes = stats && l.outer > 1;
   if (two_passes) {
-    std::vector<Welford<float>> runs(static_cast<std::size_t>(l.outer * l.channels));
+    constexpr int kL = norm_math::kSumLanes;
+    std::vector<double> lanes(static_cast<std::size_t>(l.channels) * kL, 0.0);
     for (std::int64_t n = 0; n < l.outer; ++n)
       for (std::int64_t c = 0; c < l.channels; ++c)
-        runs[static_cast<std::size_t>(n * l.channels + c)] =
-            run_statistics_of(run_x(n, c), x_f16, l.inner, avx2);
+        add_sums(run_x(n, c), x_f16, l.inner, avx2, &lanes[static_cast<std::size_t>(c) * kL]);
     for (std::int64_t c = 0; c < l.channels; ++c) {
-      Welford<float> total;
-      for (std::int64_t n = 0; n < l.outer; ++n)
-        total = welford_merge(total, runs[static_cast<std::size_t>(n * l.channels + c)]);
-      stats[c] = total;
-      norm_math::mean_invstd(&stats[c], 1, eps, &mean[c], &invstd[c]);
+      stats[c].count = l.count();
+      stats[c].mean =
+          norm_math::lanes_total(&lanes[static_cast<std::size_t>(c) * kL]) / static_cast<double>(l.count());
     }
+    std::fill(lanes.begin(), lanes.end(), 0.0);
+    for (std::int64_t n = 0; n < l.outer; ++n)
+      for (std::int64_t c = 0; c < l.channels; ++c)
+        add_squares(run_x(n, c), x_f16, l.inner, avx2, stats[c].mean,
+                    &lanes[static_cast<std::size_t>(c) * kL]);
+    for (std::int64_t c = 0; c < l.channels; ++c) finish(c, &lanes[static_cast<std::size_t>(c) * kL]);
   }
   for (std::int64_t n = 0; n < l.outer; ++n)
     for (std::int64_t c = 0; c < l.channels; ++c) {
       const void* src = run_x(n, c);
       if (stats && !two_passes) {
-        // One run per channel: norm_math::statistics' merge of it into the
-        // empty set is the run itself.
-        stats[c] = run_statistics_of(src, x_f16, l.inner, avx2);
-        norm_math::mean_invstd(&stats[c], 1, eps, &mean[c], &invstd[c]);
+        // One run per channel: its two sums, then its normalization, while
+        // the run is in the L1 cache.
+        double sums[norm_math::kSumLanes] = {}, squares[norm_math::kSumLanes] = {};
+        add_sums(src, x_f16, l.inner, avx2, sums);
+        stats[c].count = l.inner;
+        stats[c].mean = norm_math::lanes_total(sums) / static_cast<double>(l.inner);
+        add_squares(src, x_f16, l.inner, avx2, stats[c].mean, squares);
+        finish(c, squares);
       }
       detail::NormalizeRun r;
       r.mean = mean[c];

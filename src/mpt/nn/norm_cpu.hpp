@@ -1,23 +1,23 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the CPU forward
 // both layers run, one run of values at a time.
 // Depends on: tensor.hpp (core), rounding.hpp (Implementation), norm_math.hpp
-// and welford.hpp (the formulas it runs).
+// (the formulas it runs).
 //
 // norm_math::statistics, mean_invstd and forward describe the forward over
-// a whole tensor. Run literally, that is an FP32 copy of x, a pass for the
-// statistics, a pass for y in FP32 and one more to round it: four passes over
-// memory where the norm needs x read and y written. forward() below computes
-// the same values one (n, c) run at a time, in memory order: each run widened
-// (or read in place), its statistics taken, and then normalized and rounded
-// straight into y. A LayerNorm row is its own channel, so its normalization
-// follows its statistics while the row is in the L1 cache; a BatchNorm in
-// training takes every run's statistics first, merges them per channel, and
-// then normalizes, reading x a second time. Every value is bit for bit the
-// whole-tensor formulas' on the widened input, rounded once: the runs'
-// statistics in run_statistics' order, merged over n in order, the same
-// per-element operations. With AVX2 the 8 lanes of run_statistics run as one
-// 8-wide vector and the normalization 8 values at a time, reading and
-// writing fp16 codes in place (norm_cpu_avx2.cpp); the bits are the same.
+// a whole tensor. Run literally, that is an FP32 copy of x, two passes for
+// the statistics, a pass for y in FP32 and one more to round it. forward()
+// below computes the same values one (n, c) run at a time, in memory order:
+// each run widened (or read in place), its sums taken, and then normalized
+// and rounded straight into y. A LayerNorm row is its own channel, so its
+// two sums and its normalization follow each other while the row is in the
+// L1 cache; a BatchNorm in training takes every run's Σx first, then every
+// run's Σ(x − mean)², and then normalizes: three reads of x in memory
+// order (PyTorch's contiguous CPU BatchNorm makes the same three). Every
+// value is bit for bit the whole-tensor formulas' on the widened input,
+// rounded once: the same sums in the same lanes, the same per-element
+// operations. With AVX2 the 16 lanes of the sums are four 4-double vectors
+// and the normalization runs 8 values at a time, reading and writing fp16
+// codes in place (norm_cpu_avx2.cpp); the bits are the same.
 #pragma once
 
 #include <cstdint>
@@ -25,22 +25,22 @@
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/rounding.hpp"
 #include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
 
 namespace mpt::norm_cpu {
 
-/// norm_math::run_statistics for float, its lanes on one AVX2 vector when
-/// impl allows it (Implementation::automatic: when the CPU has AVX2). The
-/// same bits either way. Implementation::avx2 on a CPU or build without the
-/// AVX2 path throws std::invalid_argument.
-Welford<float> run_statistics(const float* x, std::int64_t n,
-                              Implementation impl = Implementation::automatic);
+/// norm_math::statistics of one run x[0..n) (one channel of one value
+/// each), its sums on AVX2 vectors when impl allows it
+/// (Implementation::automatic: when the CPU has AVX2). The same bits either
+/// way. Implementation::avx2 on a CPU or build without the AVX2 path throws
+/// std::invalid_argument.
+norm_math::Statistics run_statistics(const float* x, std::int64_t n,
+                                     Implementation impl = Implementation::automatic);
 
 /// The forward of a norm over layout l, y = x̂·γ + β rounded into `out`:
 ///
-/// - stats non-null: batch statistics. stats[c] (Welford, l.channels
-///   entries) as norm_math::statistics computes them on x widened, and
-///   mean[c], invstd[c] as norm_math::mean_invstd with eps.
+/// - stats non-null: batch statistics. stats[c] (l.channels entries) as
+///   norm_math::statistics computes them on x widened, and mean[c],
+///   invstd[c] as norm_math::mean_invstd with eps.
 /// - stats null: mean and invstd (l.channels entries each) are given, as in
 ///   BatchNorm's eval mode; eps is not used.
 ///
@@ -51,8 +51,8 @@ Welford<float> run_statistics(const float* x, std::int64_t n,
 /// Tensor::from_f32). Throws std::invalid_argument when x's element count is
 /// not l.numel().
 Tensor forward(const Tensor& x, const norm_math::Layout& l, norm_math::AffineAxis axis, const float* weight,
-               const float* bias, float eps, DType out, Welford<float>* stats, float* mean, float* invstd,
-               Implementation impl = Implementation::automatic);
+               const float* bias, float eps, DType out, norm_math::Statistics* stats, float* mean,
+               float* invstd, Implementation impl = Implementation::automatic);
 
 }  // namespace mpt::norm_cpu
 
@@ -62,11 +62,17 @@ namespace mpt::detail {
 // when avx2_available()). x and y are f32 values or fp16 codes, read and
 // written as load_from and store_as do.
 
-/// The lanes of norm_math::run_lane_statistics<float> over `blocks` blocks
-/// of x, starting from empty lanes. lanes gets kRunLanes entries.
-void run_lane_statistics_avx2(const float* x, std::int64_t blocks, Welford<float>* lanes);
+/// norm_math::add_run_sums over the first n − n mod 16 values of x, lanes
+/// (kSumLanes doubles) added to; returns that count (the caller adds the
+/// rest with the portable loop). An fp16 NaN is read as the canonical quiet
+/// NaN with its sign, as decode() gives it.
+std::int64_t add_run_sums_avx2(const float* x, std::int64_t n, double* lanes);
 /// The same on fp16 codes, widened exactly.
-void run_lane_statistics_avx2(const std::uint16_t* x, std::int64_t blocks, Welford<float>* lanes);
+std::int64_t add_run_sums_avx2(const std::uint16_t* x, std::int64_t n, double* lanes);
+/// norm_math::add_run_squares likewise.
+std::int64_t add_run_squares_avx2(const float* x, std::int64_t n, double mean, double* lanes);
+/// The same on fp16 codes, widened exactly.
+std::int64_t add_run_squares_avx2(const std::uint16_t* x, std::int64_t n, double mean, double* lanes);
 
 /// One run's normalization: its channel's statistics and its weights.
 struct NormalizeRun {

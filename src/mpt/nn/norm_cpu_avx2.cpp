@@ -1,17 +1,16 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the AVX2 loops
 // of the CPU forward (norm_cpu.hpp).
-// Depends on: norm_cpu.hpp, norm_math.hpp (lane_block_statistics),
-// welford.hpp (welford_add, welford_merge). Compiled with -mavx2 -mf16c and
+// Depends on: norm_cpu.hpp, norm_math.hpp (kSumLanes). Compiled with -mavx2 -mf16c and
 // -ffp-contract=off, and only called after cpuid says so.
 //
-// Statistics: norm_math::run_lane_statistics keeps 8 lanes of Welford
-// statistics; here the 8 lanes are the 8 floats of one __m256, and the very
-// templates of welford.hpp and norm_math.hpp run on it. Lanes is a type
-// with the operators they use, one IEEE operation per lane each (no fused
-// multiply-add: the portable loop has none), so every lane gets the bits the
-// portable loop gives it. All lanes see the same counts, which Welford keeps
-// once. Normalization: norm_math::normalize and scale_shift, the same
-// operations in the same order, 8 values at a time.
+// Statistics: norm_math::add_run_sums and add_run_squares keep 16 lanes of
+// double sums; here they are four __m256d, value i of a run going to lane
+// i mod 16 as in the portable loop. Every operation is the portable loop's
+// IEEE operation on the same operands in the same order (a float widened to
+// double, a subtraction, a multiplication, an addition into the lane: no
+// fused multiply-add), so every lane gets the portable loop's bits.
+// Normalization: norm_math::normalize and scale_shift, the same operations
+// in the same order, 8 values at a time.
 //
 // fp16 is read and written with F16C, as the library's own conversions do
 // (formats/rounding_avx2.cpp): widening is exact, and a NaN becomes the
@@ -19,35 +18,19 @@
 // with the NaN made canonical again, as encode() writes it. So the values
 // are those of load_from and store_as, bit for bit.
 //
-// The templates are instantiated here only with this file's own types:
-// those copies cannot be the ones the linker keeps for float elsewhere
-// (which would run AVX2 code on any CPU). For the same reason nothing here
-// constructs a Welford<float> or calls an inline function of a shared header
-// on floats; the lanes are written out field by field.
+// Nothing here calls an inline function of a shared header on floats or
+// doubles: the copy the linker keeps could be this file's AVX2 one, run on
+// any CPU.
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "mpt/nn/norm_cpu.hpp"
 #include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
 
 namespace mpt::detail {
 namespace {
-
-/// Eight floats, one per lane of norm_math::run_lane_statistics.
-struct Lanes {
-  __m256 v;
-  explicit Lanes(__m256 x) : v(x) {}
-  /// A count (or 0) in every lane, converted as static_cast<float> does.
-  explicit Lanes(std::int64_t n) : v(_mm256_set1_ps(static_cast<float>(n))) {}
-};
-
-inline Lanes operator+(Lanes a, Lanes b) { return Lanes(_mm256_add_ps(a.v, b.v)); }
-inline Lanes operator-(Lanes a, Lanes b) { return Lanes(_mm256_sub_ps(a.v, b.v)); }
-inline Lanes operator*(Lanes a, Lanes b) { return Lanes(_mm256_mul_ps(a.v, b.v)); }
-inline Lanes operator/(Lanes a, Lanes b) { return Lanes(_mm256_div_ps(a.v, b.v)); }
-inline Lanes& operator+=(Lanes& a, Lanes b) { return a = a + b; }
 
 /// Whether any lane of v is NaN: the rare case, checked with one compare.
 inline bool any_nan(__m256 v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
@@ -69,8 +52,7 @@ struct LoadF16 {
 };
 /// Eight fp16 codes widened, NaN payloads kept (F16C alone): where the
 /// payload cannot show — in y rounded to fp16 again, where every NaN becomes
-/// canonical (the operations carry a NaN's sign through unchanged), and in
-/// statistics that are read again when a NaN turns up.
+/// canonical (the operations carry a NaN's sign through unchanged).
 struct LoadF16Raw {
   __m256 operator()(const std::uint16_t* p) const {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -109,28 +91,54 @@ struct StoreF32 {
   void operator()(float* p, __m256 v) const { _mm256_storeu_ps(p, v); }
 };
 
+/// Sixteen values from p widened to double: lanes 0-3, 4-7, 8-11, 12-15.
+struct Sixteen {
+  __m256d v[4];
+};
 template <class In, class Load>
-Welford<Lanes> lane_statistics(const In* x, std::int64_t blocks, Load load) {
-  Welford<Lanes> acc;
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const In* p = x + b * norm_math::kRunBlock;
-    // Vector t holds x[64·b + 8·t + k] in lane k: lane k's t-th value.
-    acc = welford_merge(acc, norm_math::lane_block_statistics<Lanes>([p, load](std::int64_t t) {
-                          return Lanes(load(p + t * norm_math::kRunLanes));
-                        }));
-  }
-  return acc;
+inline Sixteen load16(const In* p, Load load) {
+  const __m256 a = load(p), b = load(p + 8);
+  return {{_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+           _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))}};
 }
 
-void store_lanes(const Welford<Lanes>& acc, Welford<float>* lanes) {
-  alignas(32) float mean[norm_math::kRunLanes], m2[norm_math::kRunLanes];
-  _mm256_store_ps(mean, acc.mean.v);
-  _mm256_store_ps(m2, acc.m2.v);
-  for (int k = 0; k < norm_math::kRunLanes; ++k) {
-    lanes[k].count = acc.count;
-    lanes[k].mean = mean[k];
-    lanes[k].m2 = m2[k];
+inline void load_lanes(const double* lanes, __m256d* acc) {
+  for (std::ptrdiff_t k = 0; k < 4; ++k) acc[k] = _mm256_loadu_pd(lanes + 4 * k);
+}
+inline void store_lanes(const __m256d* acc, double* lanes) {
+  for (std::ptrdiff_t k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+}
+
+static_assert(norm_math::kSumLanes == 16, "the loops below keep 16 lanes in four __m256d");
+
+template <class In, class Load>
+std::int64_t sums(const In* x, std::int64_t n, double* lanes, Load load) {
+  __m256d acc[4];
+  load_lanes(lanes, acc);
+  const std::int64_t end = n - n % 16;
+  for (std::int64_t i = 0; i < end; i += 16) {
+    const Sixteen v = load16(x + i, load);
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_pd(acc[k], v.v[k]);
   }
+  store_lanes(acc, lanes);
+  return end;
+}
+
+template <class In, class Load>
+std::int64_t squares(const In* x, std::int64_t n, double mean, double* lanes, Load load) {
+  __m256d acc[4];
+  load_lanes(lanes, acc);
+  const __m256d m = _mm256_set1_pd(mean);
+  const std::int64_t end = n - n % 16;
+  for (std::int64_t i = 0; i < end; i += 16) {
+    const Sixteen v = load16(x + i, load);
+    for (int k = 0; k < 4; ++k) {
+      const __m256d d = _mm256_sub_pd(v.v[k], m);
+      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(d, d));
+    }
+  }
+  store_lanes(acc, lanes);
+  return end;
 }
 
 template <class In, class Out, class Load, class Store>
@@ -166,19 +174,18 @@ std::int64_t normalize(const In* x, Out* y, std::int64_t n, const NormalizeRun& 
 
 }  // namespace
 
-void run_lane_statistics_avx2(const float* x, std::int64_t blocks, Welford<float>* lanes) {
-  store_lanes(lane_statistics(x, blocks, LoadF32{}), lanes);
+std::int64_t add_run_sums_avx2(const float* x, std::int64_t n, double* lanes) {
+  return sums(x, n, lanes, LoadF32{});
 }
-
-void run_lane_statistics_avx2(const std::uint16_t* x, std::int64_t blocks, Welford<float>* lanes) {
-  // A NaN read from x stays in its lane's mean to the end, and nothing else
-  // in the result depends on which NaN it was. So the loop reads with F16C
-  // alone, and only a run that ends with a NaN lane is read again with
-  // every NaN made canonical, as decode() gives it: its bits then are the
-  // portable loop's too.
-  Welford<Lanes> acc = lane_statistics(x, blocks, LoadF16Raw{});
-  if (any_nan(acc.mean.v) || any_nan(acc.m2.v)) acc = lane_statistics(x, blocks, LoadF16{});
-  store_lanes(acc, lanes);
+std::int64_t add_run_sums_avx2(const std::uint16_t* x, std::int64_t n, double* lanes) {
+  // A NaN's payload would survive into the sums: read as decode() reads.
+  return sums(x, n, lanes, LoadF16{});
+}
+std::int64_t add_run_squares_avx2(const float* x, std::int64_t n, double mean, double* lanes) {
+  return squares(x, n, mean, lanes, LoadF32{});
+}
+std::int64_t add_run_squares_avx2(const std::uint16_t* x, std::int64_t n, double mean, double* lanes) {
+  return squares(x, n, mean, lanes, LoadF16{});
 }
 
 std::int64_t normalize_run_avx2(const float* x, float* y, std::int64_t n, const NormalizeRun& r) {

@@ -1,5 +1,5 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the formulas.
-// Depends on: welford.hpp (the statistics), format_spec.hpp (MPT_HD).
+// Depends on: welford.hpp (the statistics' type and merge), format_spec.hpp (MPT_HD).
 //
 // BatchNorm and LayerNorm are one computation seen through two layouts. An
 // input is read as (outer, channels, inner) with element (n, c, i) at
@@ -12,26 +12,18 @@
 // The only difference left is which index the affine weight and bias use:
 // the channel (BatchNorm's γ[c]) or the inner position (LayerNorm's γ[i]).
 //
-// Forward: mean and biased variance by Welford (welford.hpp), then
-// x̂ = (x − mean)·invstd with invstd = 1/√(var + eps) (eps inside the square
-// root, as torch.nn.BatchNorm and torch.nn.LayerNorm), y = x̂·γ + β.
+// Forward: the mean and the biased variance of each channel (statistics()
+// below: two passes with double sums on the CPU, Welford's update in FP32
+// on the GPU), then x̂ = (x − mean)·invstd with invstd = 1/√(var + eps) (eps
+// inside the square root, as torch.nn.BatchNorm and torch.nn.LayerNorm),
+// y = x̂·γ + β, all in FP32.
 //
-// The statistics of one (n, c) run of `inner` values follow a fixed order,
-// the one the vectorized CPU path takes (run_statistics): 8 lanes, value i
-// of each block of 64 going to lane i mod 8; a lane's 8 values of a block
-// combined by a fixed tree of Welford updates and Chan merges whose
-// divisions are all by constants (a compiler folds them: no division per
-// value); each block merged into its lane (one division per 64 values); the
-// lanes merged pairwise; the last (inner mod 64) values added one at a
-// time. A run shorter than 64 is Welford's update, one value after the
-// other. In exact arithmetic every order gives the same mean and M2; in
-// floating point the order is part of the result, so it is written once,
-// here, for the layers, their AVX2 path and the double-precision tests
-// alike. Welford's update on every value costs a division each, the slowest
-// operation of a CPU core's vector units, which then sets the speed of the
-// statistics; the tree leaves one division per 64 values. (PyTorch's CPU
-// kernels, too, take a row in SIMD lanes and merge partial Welford results:
-// aten/src/ATen/native/cpu/moments_utils.h.)
+// The sums of one channel follow a fixed order, the one the vectorized CPU
+// path takes: value i of each (n, c) run goes to lane i mod 16, the runs in
+// the order of n, and the 16 lanes are added in a fixed tree at the end. In
+// exact arithmetic every order gives the same sums; in floating point the
+// order is part of the result, so it is written once, here, for the layers,
+// their AVX2 path and the double-precision tests alike.
 //
 // Backward with batch statistics, M values per channel and g = γ·dy:
 //
@@ -47,6 +39,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "mpt/formats/format_spec.hpp"
@@ -130,89 +123,96 @@ MPT_HD inline T input_grad_fixed(T g, T invstd) {
 
 // --- whole tensors (host) ----------------------------------------------------------
 
-/// Lanes of run_statistics: the 8 floats of an AVX2 register.
-inline constexpr int kRunLanes = 8;
-/// Values one lane takes from each block of run_statistics.
-inline constexpr int kLaneBlock = 8;
-/// Values of one block: kRunLanes · kLaneBlock = 64.
-inline constexpr std::int64_t kRunBlock = std::int64_t{kRunLanes} * kLaneBlock;
+/// The statistics of a channel as the CPU layers take them: the count, and
+/// the mean and M2 = Σ(x − mean)² in double. Chan's merge (welford_merge)
+/// combines two, as SyncBatchNorm combines the ranks'.
+using Statistics = Welford<double>;
 
-/// The statistics of the 8 values value(0), …, value(7), in a fixed tree:
-/// Welford's update on the pairs (0, 1), (2, 3), (4, 5), (6, 7), then Chan's
-/// merge of the pairs and of the two quads. Every division is by a constant
-/// (δ/1 and δ/2 in the updates, the merge factors 2/4 and 4/8), and exact.
-/// T may be a SIMD type holding one value per lane (the AVX2 path runs this
-/// very function on 8 lanes at once).
-template <class T, class Value>
-inline Welford<T> lane_block_statistics(const Value& value) {
-  Welford<T> p0, p1, p2, p3;
-  welford_add(p0, value(0));
-  welford_add(p0, value(1));
-  welford_add(p1, value(2));
-  welford_add(p1, value(3));
-  welford_add(p2, value(4));
-  welford_add(p2, value(5));
-  welford_add(p3, value(6));
-  welford_add(p3, value(7));
-  return welford_merge(welford_merge(p0, p1), welford_merge(p2, p3));
+/// Lanes of the statistics' sums: value i of a run goes to lane i mod 16,
+/// the four 4-double vectors an AVX2 loop keeps.
+inline constexpr int kSumLanes = 16;
+
+/// Adds value i of x[0..n) (widened to double) into lanes[i mod kSumLanes],
+/// one after the other: the first pass of statistics().
+template <class T>
+void add_run_sums(const T* x, std::int64_t n, double* lanes) {
+  for (std::int64_t i = 0; i < n; ++i) lanes[i % kSumLanes] += static_cast<double>(x[i]);
 }
 
-/// The lanes' part of run_statistics over the first `blocks` blocks of x:
-/// lane k takes x[64·b + 8·t + k], t = 0..7, of every block b, as one
-/// lane_block_statistics merged into lanes[k] after the blocks before it.
-/// lanes has kRunLanes entries and is added to.
+/// Adds (x[i] − mean)², in double, into lanes[i mod kSumLanes]: the second
+/// pass of statistics().
 template <class T>
-void run_lane_statistics(const T* x, std::int64_t blocks, Welford<T>* lanes) {
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (int k = 0; k < kRunLanes; ++k) {
-      const T* p = x + b * kRunBlock + k;
-      lanes[k] =
-          welford_merge(lanes[k], lane_block_statistics<T>([p](std::int64_t t) { return p[t * kRunLanes]; }));
-    }
-}
-
-/// The rest of run_statistics once the lanes hold a run's full blocks: the
-/// lanes merged pairwise, ((0 1)(2 3))((4 5)(6 7)), then the `count` values
-/// after the blocks, rest[0..count), added one at a time.
-template <class T>
-Welford<T> run_statistics_finish(const Welford<T>* lanes, const T* rest, std::int64_t count) {
-  Welford<T> s =
-      welford_merge(welford_merge(welford_merge(lanes[0], lanes[1]), welford_merge(lanes[2], lanes[3])),
-                    welford_merge(welford_merge(lanes[4], lanes[5]), welford_merge(lanes[6], lanes[7])));
-  for (std::int64_t i = 0; i < count; ++i) welford_add(s, rest[i]);
-  return s;
-}
-
-/// The Welford statistics of one run x[0..n), in the order described at the
-/// top of this file: its full blocks of 64 in 8 lanes
-/// (run_lane_statistics), then run_statistics_finish.
-template <class T>
-Welford<T> run_statistics(const T* x, std::int64_t n) {
-  Welford<T> lanes[kRunLanes];
-  const std::int64_t blocks = n / kRunBlock;
-  run_lane_statistics(x, blocks, lanes);
-  return run_statistics_finish(lanes, x + blocks * kRunBlock, n - blocks * kRunBlock);
-}
-
-/// The Welford statistics of every channel: each (n, c) run of `inner`
-/// values by run_statistics, the runs merged over n in order (Chan et al.),
-/// the shape of a parallel reduction. stats has l.channels entries.
-template <class T>
-void statistics(const T* x, const Layout& l, Welford<T>* stats) {
-  for (std::int64_t c = 0; c < l.channels; ++c) {
-    Welford<T> total;
-    for (std::int64_t n = 0; n < l.outer; ++n)
-      total = welford_merge(total, run_statistics(x + l.offset(n, c, 0), l.inner));
-    stats[c] = total;
+void add_run_squares(const T* x, std::int64_t n, double mean, double* lanes) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    lanes[i % kSumLanes] += d * d;
   }
 }
 
-/// mean[c] and invstd[c] = 1/√(biased var + eps) from the statistics.
+/// The lanes added in a fixed tree: neighbours first, (0+1)+(2+3), …, up to
+/// the one total.
+inline double lanes_total(const double* lanes) {
+  double q[kSumLanes / 4];
+  for (std::ptrdiff_t k = 0; k < kSumLanes / 4; ++k)
+    q[k] = (lanes[4 * k] + lanes[4 * k + 1]) + (lanes[4 * k + 2] + lanes[4 * k + 3]);
+  return (q[0] + q[1]) + (q[2] + q[3]);
+}
+
+/// The statistics of every channel, in two passes with double sums: the mean
+/// Σx/M, then M2 = Σ(x − mean)² from that mean (both sums over the
+/// channel's runs in the order of n, each run's values in kSumLanes lanes).
+/// PyTorch's CPU BatchNorm takes the same two passes with sums in double
+/// (aten/src/ATen/native/cpu/batch_norm_kernel.cpp,
+/// batch_norm_cpu_collect_stats_contiguous_impl); it forms x − mean and its
+/// square in float, this in double. The terms of M2 are never negative, so
+/// their sum is off by at most about M double roundings of itself, and the
+/// mean's own error enters M2 only squared: for a channel of fewer than 2^23
+/// values that is below M·2^-53 < 2^-30 relative, far below FP32's 2^-24, so the
+/// mean and the variances rounded once into FP32 (mean_invstd,
+/// variance_biased, variance_unbiased) carry little more than that one
+/// rounding. Welford's update
+/// (welford.hpp) in FP32, one value at a time, is what the GPU kernels run;
+/// its error grows with mean/std (Chapter 3's accuracy table). stats has
+/// l.channels entries.
 template <class T>
-void mean_invstd(const Welford<T>* stats, std::int64_t channels, T eps, T* mean, T* invstd) {
+void statistics(const T* x, const Layout& l, Statistics* stats) {
+  for (std::int64_t c = 0; c < l.channels; ++c) {
+    double lanes[kSumLanes] = {};
+    for (std::int64_t n = 0; n < l.outer; ++n) add_run_sums(x + l.offset(n, c, 0), l.inner, lanes);
+    Statistics s;
+    s.count = l.count();
+    s.mean = s.count > 0 ? lanes_total(lanes) / static_cast<double>(s.count) : 0.0;
+    double squares[kSumLanes] = {};
+    for (std::int64_t n = 0; n < l.outer; ++n)
+      add_run_squares(x + l.offset(n, c, 0), l.inner, s.mean, squares);
+    s.m2 = lanes_total(squares);
+    stats[c] = s;
+  }
+}
+
+/// The biased variance M2/M rounded once into T (what normalization
+/// divides by); 0 for an empty set.
+template <class T, class S>
+T variance_biased(const Welford<S>& s) {
+  return static_cast<T>(welford_variance_biased(s));
+}
+
+/// The unbiased variance M2/(M − 1) rounded once into T (what BatchNorm
+/// folds into its running variance).
+template <class T, class S>
+T variance_unbiased(const Welford<S>& s) {
+  return static_cast<T>(welford_variance_unbiased(s));
+}
+
+/// mean[c] and invstd[c] = 1/√(biased var + eps) from the statistics,
+/// computed in the statistics' own scalar S (double for the CPU layers'
+/// Statistics, as PyTorch's CPU BatchNorm computes its invstd in double;
+/// float for the GPU's Welford states) and rounded once into T.
+template <class T, class S>
+void mean_invstd(const Welford<S>* stats, std::int64_t channels, T eps, T* mean, T* invstd) {
   for (std::int64_t c = 0; c < channels; ++c) {
-    mean[c] = stats[c].mean;
-    invstd[c] = inverse_std(welford_variance_biased(stats[c]), eps);
+    mean[c] = static_cast<T>(stats[c].mean);
+    invstd[c] = static_cast<T>(inverse_std(welford_variance_biased(stats[c]), static_cast<S>(eps)));
   }
 }
 
