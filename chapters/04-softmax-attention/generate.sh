@@ -33,7 +33,7 @@ bench_records=(bench-softmax-ce.txt bench-lm-step.txt)
 source "$chapter_dir/../generate_common.sh"
 
 pitfall_ids=(fp16-softmax-overflow log-softmax-underflow fp16-loss-reduction fp16-mask-values
-             attention-scale-overflow autocast-disabled-softmax naive-loss-training)
+             fully-masked-row-nan attention-scale-overflow autocast-disabled-softmax naive-loss-training)
 
 # The trace of one forward pass of the tiny Transformer in f16 (the diagram
 # lm-trace-f16.dot of the text).
