@@ -225,8 +225,7 @@ RunResult bn_variance_broken() {
 RunResult bn_variance_fixed() {
   const std::vector<float>& x = activations();
   //! [bn-variance-fp16-fixed]
-  const Normalized r =
-      single_pass_batch_norm(x, layout(), kEps, fp32);  // the same formula, FP32 intermediates
+  const Normalized r = single_pass_batch_norm(x, layout(), kEps, fp32);  // intermediates in FP32
   //! [bn-variance-fp16-fixed]
   const Normalized w = welford_batch_norm(x, layout(), kEps, fp32);
   const Compared e = compare_with_fp64(r), ew = compare_with_fp64(w);

@@ -145,8 +145,8 @@ RunResult scale_broken() {
       " products are inf, and inf·(1/√" + std::to_string(kDim) +
       ") is still inf. Their rows' softmax is exp(inf − inf) = NaN, and so are " +
       num(r.get("nan_output_rows")) + " rows of the output; scaled, the largest score would have been " +
-      num(r.get("max_score_fp64")) + ". The ordinary head's products fit, and its outputs are within " +
-      num(r.get("ordinary_error_to_bound")) + " of their rounding bound.";
+      num(r.get("max_score_fp64")) + ". The ordinary head's products fit: its largest output error is " +
+      num(r.get("ordinary_error_to_bound")) + " times its rounding bound.";
   return r;
 }
 
@@ -168,12 +168,12 @@ RunResult scale_fixed() {
       num(r.get("inf_scores")) + " are inf and " + num(r.get("nan_output_rows")) +
       " rows NaN. The cost is one rounding of Q·(1/√D) more: on the ordinary head, whose rows spread "
       "their weight (the largest probability " +
-      num(r.get("ordinary_top_probability")) + "), the outputs are within " +
-      num(r.get("ordinary_error_to_bound")) + " of their rounding bound, and every output within " +
-      num(r.get("output_error_to_bound")) +
-      " of its bound. The outlier head's scores lie where fp16's spacing is " + num(fp16_ulp(top)) +
-      ", but its rows' two largest scores are at least " + num(r.get("outlier_rows_min_gap")) +
-      " apart: one-hot, whatever the roundings.";
+      num(r.get("ordinary_top_probability")) + "), the largest output error is " +
+      num(r.get("ordinary_error_to_bound")) +
+      " times its rounding bound, which counts that rounding. The outlier head's scores lie where fp16's "
+      "spacing is " +
+      num(fp16_ulp(top)) + ", but its rows' two largest scores are at least " +
+      num(r.get("outlier_rows_min_gap")) + " apart: one-hot, whatever the roundings.";
   return r;
 }
 

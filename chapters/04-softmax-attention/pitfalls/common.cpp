@@ -127,55 +127,75 @@ Errors compare(const std::vector<float>& y, const std::vector<double>& ref) {
 std::vector<double> attention_error_bound(const std::vector<float>& q, const std::vector<float>& k,
                                           const std::vector<float>& v, const AttentionDims& g, double scale,
                                           const AttentionRounding& r, const std::vector<std::uint8_t>& keep) {
-  const double f32_unit = std::ldexp(1.0, -24);
+  constexpr double kLambda = 5;  // Hoeffding: exceeded with probability at most 2·e^(−λ²/2)
+  const double f32_unit = std::ldexp(1.0, -24), keys = static_cast<double>(g.lk);
   const auto at = [](std::int64_t i) { return static_cast<std::size_t>(i); };
   // Half the fp16 spacing at x where the value is rounded into fp16, else 0.
   const auto half_spacing = [](bool rounded, double x) { return rounded ? fp16_ulp(x) / 2 : 0.0; };
   const std::vector<double> out = fp64_attention(q, k, v, g, scale, keep);
   std::vector<double> bound(out.size(), 0.0);
-  std::vector<double> s(at(g.lk)), p(at(g.lk));
+  std::vector<double> s(at(g.lk)), p(at(g.lk)), score_error(at(g.lk)), sum_error(at(g.lk));
   for (std::int64_t n = 0; n < g.n; ++n)
     for (std::int64_t i = 0; i < g.lq; ++i) {
       const auto kept = [&](std::int64_t j) {
         return keep.empty() || keep[at((n * g.lq + i) * g.lk + j)] != 0;
       };
-      // The scores in FP64 and the row's largest score error Δ.
+      const auto q_at = [&](std::int64_t c) { return static_cast<double>(q[at((n * g.lq + i) * g.d + c)]); };
+      const auto k_at = [&](std::int64_t j, std::int64_t c) {
+        return static_cast<double>(k[at((n * g.lk + j) * g.d + c)]);
+      };
+      const auto v_at = [&](std::int64_t j, std::int64_t c) {
+        return static_cast<double>(v[at((n * g.lk + j) * g.dv + c)]);
+      };
+      // The scores in FP64; each one's stored rounding and FP32-sum error;
+      // the row's largest score error Δ, worst case, for the remainder.
       double m = -std::numeric_limits<double>::infinity(), delta = 0;
       for (std::int64_t j = 0; j < g.lk; ++j) {
         double dot = 0, abs_dot = 0, from_q = 0;
         for (std::int64_t c = 0; c < g.d; ++c) {
-          const double a = q[at((n * g.lq + i) * g.d + c)], b = k[at((n * g.lk + j) * g.d + c)];
-          dot += a * b;
-          abs_dot += std::fabs(a * b);
-          from_q += std::fabs(b) * half_spacing(r.q_scaled, a * scale);
+          dot += q_at(c) * k_at(j, c);
+          abs_dot += std::fabs(q_at(c) * k_at(j, c));
+          from_q += std::fabs(k_at(j, c)) * half_spacing(r.q_scaled, q_at(c) * scale);
         }
         s[at(j)] = dot * scale;
+        score_error[at(j)] =
+            r.scores_unscaled ? half_spacing(r.scores, dot) * scale : half_spacing(r.scores, s[at(j)]);
+        sum_error[at(j)] =
+            static_cast<double>(g.d) * f32_unit * scale * abs_dot + f32_unit * std::fabs(s[at(j)]);
         if (!kept(j)) continue;
         m = std::max(m, s[at(j)]);
-        const double sum_error =
-            static_cast<double>(g.d) * f32_unit * scale * abs_dot + f32_unit * std::fabs(s[at(j)]);
-        const double stored =
-            r.scores_unscaled ? half_spacing(r.scores, dot) * scale : half_spacing(r.scores, s[at(j)]);
-        delta = std::max(delta, stored + from_q + sum_error);
+        delta = std::max(delta, score_error[at(j)] + from_q + sum_error[at(j)]);
       }
       if (m == -std::numeric_limits<double>::infinity()) continue;  // no key: the output is 0, exactly
       double sum = 0;
       for (std::int64_t j = 0; j < g.lk; ++j) sum += kept(j) ? std::exp(s[at(j)] - m) : 0.0;
       for (std::int64_t j = 0; j < g.lk; ++j) p[at(j)] = kept(j) ? std::exp(s[at(j)] - m) / sum : 0.0;
-      // Each probability within a factor e^±2Δ of P's and the softmax's own
-      // FP32 arithmetic (a few 2^-24 per key), then its rounding; the FP32 sum
-      // over the keys; the output's rounding.
-      const auto keys = static_cast<double>(g.lk);
-      const double grow = std::exp(2 * delta) * (1 + (keys + 4) * f32_unit);
+      const double grow = std::exp(2 * delta);
       for (std::int64_t c = 0; c < g.dv; ++c) {
-        double moved = 0, weighted = 0;
-        for (std::int64_t j = 0; j < g.lk; ++j) {
-          const double vj = std::fabs(v[at((n * g.lk + j) * g.dv + c)]);
-          moved += (p[at(j)] * (grow - 1) + half_spacing(r.probs, p[at(j)] * grow)) * vj;
-          weighted += p[at(j)] * vj;
-        }
-        const double summed = moved + keys * f32_unit * (weighted + moved);
         const auto e = at((n * g.lq + i) * g.dv + c);
+        double first = 0, weighted = 0, stored_p = 0;
+        for (std::int64_t j = 0; j < g.lk; ++j) {
+          const double spread = p[at(j)] * std::fabs(v_at(j, c) - out[e]);
+          first += spread * (score_error[at(j)] + sum_error[at(j)]);
+          weighted += p[at(j)] * std::fabs(v_at(j, c));
+          stored_p += (r.probs ? fp16_ulp(p[at(j)] * grow) / 2 : (keys + 4) * f32_unit * p[at(j)]) *
+                      std::fabs(v_at(j, c));
+        }
+        if (r.q_scaled) {
+          double sq = 0;
+          for (std::int64_t cc = 0; cc < g.d; ++cc) {
+            double a = 0;  // a_cc = Σ_j P_j (v_jc − out_c) k_j,cc
+            for (std::int64_t j = 0; j < g.lk; ++j) a += p[at(j)] * (v_at(j, c) - out[e]) * k_at(j, cc);
+            const double rho = half_spacing(true, q_at(cc) * scale);
+            sq += rho * rho * a * a;
+          }
+          first += kLambda * std::sqrt(sq);
+        }
+        // The second-order remainder: e^x − 1 − x for |x| <= 2Δ, and the gap
+        // between log Σ_k P_k e^δ_k and Σ_k P_k δ_k, at most Δ²/2 (Hoeffding's lemma).
+        const double remainder = grow - 1 - 2 * delta + delta * delta / 2;
+        const double moved = first + remainder * grow * weighted + stored_p;
+        const double summed = moved + keys * f32_unit * (weighted + moved);
         bound[e] = summed + half_spacing(r.out, std::fabs(out[e]) + summed);
       }
     }

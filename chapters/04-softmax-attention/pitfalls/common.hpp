@@ -15,7 +15,8 @@
 // model would hand them over, to a softmax, a loss or an attention and
 // compares what comes out with the same computation in FP64 (written out in
 // common.cpp, from the same stored inputs), and, where a run's error is not
-// 0 or inf, with a bound on what its roundings allow (attention_error_bound). The broken runs hold the
+// 0 or inf, with a bound on what its roundings allow (attention_error_bound).
+// The broken runs hold the
 // arithmetic the library does not do (exponentials and sums in fp16, the
 // log of a stored softmax, masks added in fp16): every value such code
 // would store in fp16 is rounded there, through the library's rounding.
@@ -106,16 +107,24 @@ struct AttentionRounding {
 };
 /// A bound on |out − out_fp64| of every output [n, Lq, Dv] of an attention
 /// that rounds as `r` says, from those roundings alone, each at most half an
-/// fp16 spacing (round to nearest). Each score s_j = q·k_j·scale is off by
-/// at most Δ_j: half the spacing at s_j (or scale times that at s_j/scale),
-/// plus Σ_c |k_jc|·(half the spacing
-/// at q_c·scale), plus the FP32 sum's D·2^-24·scale·Σ_c |q_c k_jc|. Scores
-/// off by at most Δ (the row's largest Δ_j) move each probability by a factor
-/// within [e^-2Δ, e^2Δ], and so the output Σ_j P_j v_j by at most
-/// (e^2Δ − 1)·Σ_j P_j |v_j|; the roundings of P, of the sum over the keys and
-/// of the output add theirs. A worst case: every rounding at its largest and
-/// all of them pushing the same way. Rows that keep no key get 0. Arguments
-/// as fp64_attention.
+/// fp16 spacing (round to nearest). To first order, scores off by δ_j move
+/// P_j by P_j·(δ_j − Σ_k P_k δ_k), and so the output by
+/// Σ_j P_j δ_j (v_j − out), which the bound takes term by term:
+///   - a stored score's rounding, at most half the spacing at s_j (or scale
+///     times that at s_j/scale), worst case: Σ_j ½ulp·P_j·|v_j − out|;
+///   - the rounding of each of Q·scale's D elements, shared by every key of
+///     the row: Σ_c ρ_c·a_c with a_c = Σ_j P_j (v_j − out)·k_jc. A sum of D
+///     independent roundings is bounded as probabilistic rounding-error
+///     analysis does (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019, by
+///     Hoeffding's inequality): λ·√(Σ_c (½ulp(q_c·scale)·a_c)²), λ = 5, which
+///     holds but with probability 2·e^(−λ²/2) < 1e-5 per output if the
+///     roundings act as independent; the worst case, Σ_c ½ulp·|a_c|, would
+///     be about √D times larger and blind to a rounding a few times coarser;
+///   - the FP32 sums (D·2^-24 of Σ|q_c k_jc| per score, the key count times
+///     2^-24 over the keys), the second-order remainder (about
+///     e^2Δ − 1 − 2Δ + Δ²/2 of Σ P_j |v_j|, Δ the row's largest score
+///     error), the rounding of each P_j and of the output, worst case.
+/// Rows that keep no key get 0. Arguments as fp64_attention.
 std::vector<double> attention_error_bound(const std::vector<float>& q, const std::vector<float>& k,
                                           const std::vector<float>& v, const AttentionDims& g, double scale,
                                           const AttentionRounding& r,

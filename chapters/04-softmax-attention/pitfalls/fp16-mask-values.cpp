@@ -130,8 +130,7 @@ RunResult mask_broken() {
 
 RunResult mask_fixed() {
   //! [fp16-mask-values-fixed]
-  const MaskRun r =
-      masked_attention(fp32);  // the same masks kept in FP32, added to the widened scores in FP32
+  const MaskRun r = masked_attention(fp32);  // the masks kept in FP32, added to the widened scores
   //! [fp16-mask-values-fixed]
   RunResult out = mask_outcomes(r,
                                 "the same batch, scores and masks, the masks kept in FP32 and added to the "

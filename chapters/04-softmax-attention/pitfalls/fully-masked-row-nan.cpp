@@ -93,8 +93,7 @@ RunResult row_outcomes(const RowRun& r, std::string setup);
 
 RunResult row_broken() {
   //! [fully-masked-row-nan-broken]
-  const RowRun r =
-      masked_attention(fp32_softmax_rows);  // torch.softmax: exp(z − max)/Σ, 0/0 for a row of −inf
+  const RowRun r = masked_attention(fp32_softmax_rows);  // torch.softmax: a row of −inf is 0/0
   //! [fully-masked-row-nan-broken]
   RunResult out = row_outcomes(r,
                                "2 sequences of 6 tokens (one left-padded by 2), one head of 16, fp16 scores; "
@@ -128,9 +127,9 @@ RunResult row_fixed() {
   out.explanation =
       "A row with no key left gets probabilities 0, so its output is 0, what FP64 with the keys removed "
       "gives, and it adds nothing to dV: " +
-      num(out.get("dv_nan_entries")) + " NaN entries, every output within " +
+      num(out.get("dv_nan_entries")) + " NaN entries, and the largest output error is " +
       num(out.get("output_error_to_bound")) +
-      " of its rounding bound. The safe softmax recognises the row by its −inf scores: with an additive "
+      " times its rounding bound. The safe softmax recognises the row by its −inf scores: with an additive "
       "FP32 mask of −1e9 it sees a finite row and puts " +
       num(out.get("additive_removed_weight")) + " of its weight on removed keys, as the plain softmax does.";
   return out;
