@@ -33,7 +33,7 @@ bench_records=(bench-softmax-ce.txt bench-lm-step.txt)
 source "$chapter_dir/../generate_common.sh"
 
 pitfall_ids=(fp16-softmax-overflow log-softmax-underflow fp16-loss-reduction fp16-mask-values
-             attention-scale-overflow autocast-disabled-softmax naive-loss-training)
+             fully-masked-row-nan attention-scale-overflow autocast-disabled-softmax naive-loss-training)
 
 # The trace of one forward pass of the tiny Transformer in f16 (the diagram
 # lm-trace-f16.dot of the text).
@@ -68,7 +68,8 @@ generate_all() {
     "$numbers" lm-seeds --check "$1" --seed 2 || return 1
     local last seed1
     last=$(awk '$1 == "200" { $1 = ""; print substr($0, 2) }' "$dir/generated/lm.txt")
-    seed1=$(awk 'NR > 3 { print substr($0, 45) }' "$1" | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }')
+    seed1=$(awk 'NR > 3 && NF == 0 { exit } NR > 3 { print substr($0, 45) }' "$1" |
+      awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 }')
     if [[ -z $last || $last != "$seed1" ]]; then
       echo "generate.sh: the seed-1 column of generated/lm-seeds.txt ($seed1) is not the final row of" \
         "generated/lm.txt ($last), the same runs" >&2

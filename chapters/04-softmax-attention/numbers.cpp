@@ -241,12 +241,13 @@ int lm_seeds_check(const std::string& path, int seed) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   if (lines.size() < 3 || lines[0] != "$ ch04_numbers lm-seeds")
     return fail("not the output of ch04_numbers lm-seeds (its first line is the command)");
-  // The rows: a name in 44 columns, then the seed columns.
+  // The rows: a name in 44 columns, then the seed columns; the paired
+  // comparison follows a blank line.
   std::vector<std::string> names;
   std::vector<std::vector<double>> final_loss;
   std::vector<std::vector<std::string>> shown;
   std::size_t seeds = 0;
-  for (std::size_t i = 3; i < lines.size(); ++i) {
+  for (std::size_t i = 3; i < lines.size() && !lines[i].empty(); ++i) {
     const std::string& row = lines[i];
     if (row.size() < 44) return fail("row " + std::to_string(i + 1) + " is too short: " + row);
     std::string name = row.substr(0, 44);
@@ -261,7 +262,7 @@ int lm_seeds_check(const std::string& path, int seed) {
       tokens.push_back(row.substr(p, e == std::string::npos ? std::string::npos : e - p));
       p = e;
     }
-    if (seeds == 0) seeds = tokens.size() - 2;  // the FP32 row: the seeds, the mean, the range
+    if (seeds == 0) seeds = tokens.size() - 2;  // the FP32 row: the seeds, the mean, the sd
     if (tokens.size() < seeds) return fail("row " + std::to_string(i + 1) + " has too few columns: " + row);
     tokens.resize(seeds);
     shown.push_back(tokens);

@@ -5,8 +5,9 @@
 // split_text), mpt/amp/grad_scaler.hpp, mpt/optim/adamw.hpp,
 // mpt/formats/rounding.hpp (the naive loss' fp16 rounding),
 // mpt/plot/svg_chart.hpp (the loss curves' picture), the core tier
-// (Policy, Tensor, Rng); <algorithm>, <cmath>, <cstdint>, <cstdio>,
-// <limits>, <memory>, <string>, <utility>, <vector>.
+// (Policy, Tensor, Rng), seed_statistics.hpp (the seed sweep's paired
+// comparison); <algorithm>, <cmath>, <cstdint>, <cstdio>, <limits>,
+// <memory>, <string>, <utility>, <vector>.
 //
 // One step, as Chapter 2's: forward of a batch of windows, the loss of the
 // [B·T, V] logits against the next tokens, scaler.scale(loss), backward from
@@ -42,6 +43,7 @@
 #include "mpt/nn/transformer.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/plot/svg_chart.hpp"
+#include "seed_statistics.hpp"
 
 namespace mpt::ch04 {
 
@@ -398,47 +400,81 @@ inline std::string lm_seed_title(int steps, std::size_t seeds) {
          std::to_string(seeds) + "\n";
 }
 
-/// The table of a sweep: per precision, the loss at each seed, the mean and
-/// the range (max − min) over the seeds, and for a low-precision run at how
-/// many seeds it ended above FP32 and its largest |difference| from FP32 at
-/// the same seed — to hold against FP32's own range over the seeds. Every
-/// summary is computed from the losses as shown (lm_shown).
+/// The comparisons the sweep's table makes, as (row, reference row) of
+/// lm_precisions(): every low-precision run against FP32 (row 0), and the
+/// run with layer_norm kept in FP32 (row 2) against plain fp16 (row 1), the
+/// fix a single seed seems to show.
+inline std::vector<std::pair<std::size_t, std::size_t>> lm_seed_comparisons(std::size_t precisions) {
+  std::vector<std::pair<std::size_t, std::size_t>> c;
+  for (std::size_t p = 1; p < precisions; ++p) c.emplace_back(p, 0);
+  if (precisions > 2) c.emplace_back(2, 1);
+  return c;
+}
+
+/// The table of a sweep: per precision, the loss at each seed, their mean
+/// and standard deviation over the seeds; then, for each comparison of
+/// lm_seed_comparisons, the differences at the same seed (seed_statistics.hpp):
+/// their mean, standard deviation and 95% interval, Student's t and its
+/// two-sided p, the count of positive differences and the sign test's p,
+/// and whether the difference is shown at the 5% level (two-sided, by the t
+/// test: the interval excludes 0). Every number is computed from the losses
+/// as shown (lm_shown), so the table can be rechecked from its seed columns.
 inline std::string lm_seed_table(const std::vector<std::string>& names,
                                  const std::vector<std::vector<double>>& final_loss) {
   std::string table;
-  char line[200];
-  const auto cell = [&](const char* fmt, auto v) {
-    std::snprintf(line, sizeof line, fmt, v);
+  char line[512];
+  const auto cell = [&](const char* fmt, auto... v) {
+    std::snprintf(line, sizeof line, fmt, v...);
     table += line;
   };
   const std::size_t seeds = final_loss.front().size();
-  std::vector<double> fp32;
-  for (double v : final_loss.front()) fp32.push_back(lm_shown(v));
+  std::vector<std::vector<double>> shown;
+  for (const std::vector<double>& row : final_loss) {
+    shown.emplace_back();
+    for (double v : row) shown.back().push_back(lm_shown(v));
+  }
   cell("%-44s", "precision");
   for (std::size_t k = 1; k <= seeds; ++k) cell("  seed %zu", k);
-  table += "    mean   range  above fp32  largest |run - fp32|\n";
-  for (std::size_t p = 0; p < final_loss.size(); ++p) {
-    std::vector<double> f;
-    for (double v : final_loss[p]) f.push_back(lm_shown(v));
+  table += "    mean      sd\n";
+  for (std::size_t p = 0; p < shown.size(); ++p) {
     cell("%-44s", names[p].c_str());
-    double sum = 0, worst = 0;
-    int above = 0;
-    for (std::size_t k = 0; k < f.size(); ++k) {
-      cell("  %6.4f", f[k]);
-      sum += f[k];
-      above += f[k] > fp32[k];
-      worst = std::max(worst, std::abs(f[k] - fp32[k]));
+    double sum = 0;
+    for (double v : shown[p]) {
+      cell("  %6.4f", v);
+      sum += v;
     }
-    cell("  %6.4f", sum / static_cast<double>(f.size()));
-    cell("  %6.4f", *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end()));
-    if (p == 0) {
-      table += "\n";
-      continue;
-    }
-    const std::string count = std::to_string(above) + " of " + std::to_string(seeds);
-    cell("  %10s", count.c_str());
-    cell("  %20.4f\n", worst);
+    const double mean = sum / static_cast<double>(seeds);
+    double ss = 0;
+    for (double v : shown[p]) ss += (v - mean) * (v - mean);
+    cell("  %6.4f  %6.4f\n", mean, std::sqrt(ss / static_cast<double>(seeds - 1)));
   }
+  const int df = static_cast<int>(seeds) - 1;
+  cell(
+      "\npaired by seed: d = run − reference at the same seed, %zu pairs; 95%% interval and t with %d "
+      "degrees of freedom\n",
+      seeds, df);
+  cell("%-44s  %7s  %6s  %18s  %6s  %6s  %6s  %6s  %11s\n", "run", "mean d", "sd d", "95% interval", "t",
+       "p(t)", "d > 0", "p(sign)", "shown at 5%");
+  std::size_t last_reference = shown.size();
+  for (const auto& [p, ref] : lm_seed_comparisons(shown.size())) {
+    if (ref != last_reference) cell("reference: %s\n", names[ref].c_str());
+    last_reference = ref;
+    const PairedDifference d = paired_difference(shown[p], shown[ref]);
+    char interval[48], sign[16];
+    std::snprintf(interval, sizeof interval, "[%+.4f, %+.4f]", d.ci_low, d.ci_high);
+    std::snprintf(sign, sizeof sign, "%d of %d", d.positive, d.n);
+    cell("%-44s  %+7.4f  %6.4f  %18s  %6.2f  %6.4f  %6s  %7.4f  %11s\n", names[p].c_str(), d.mean, d.sd,
+         interval, d.t, d.p_t, sign, d.p_sign, d.p_t < 0.05 ? "yes" : "no");
+  }
+  const std::size_t comparisons = lm_seed_comparisons(shown.size()).size();
+  cell(
+      "shown at 5%%: two-sided p(t) < 0.05, the interval excludes 0. With %zu comparisons, the chance that "
+      "one or more shows a\ndifference where none exists is %.3f were they independent (1 − 0.95^%zu), at "
+      "most %.2f "
+      "(%zu × 0.05) in any case;\nwith %zu pairs the sign test's p is at least %.4f, above 0.05 whatever the "
+      "losses.\n",
+      comparisons, 1 - std::pow(0.95, static_cast<double>(comparisons)), comparisons,
+      0.05 * static_cast<double>(comparisons), comparisons, seeds, sign_test_p(0, static_cast<int>(seeds)));
   return table;
 }
 

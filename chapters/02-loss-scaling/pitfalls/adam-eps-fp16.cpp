@@ -141,7 +141,8 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup) {
                 " weights were inf/NaN after one step."
           : "In FP32 eps = " + num(r.eps_stored) + " and v keeps even tiny gradients; the " + pct(r.v_zero) +
                 " of v that are 0 belong to gradients that are exactly 0, and there "
-                "m / (0 + eps) = 0. No weight became inf/NaN, for twice the state memory (" +
+                "m / (0 + eps) = 0. " +
+                num(r.bad) + " weights are inf/NaN after the last step, for twice the state memory (" +
                 num(r.state_bytes) + " bytes).";
   return out;
 }

@@ -167,7 +167,7 @@ RunResult clip_outcomes(const ClipRun& r, DigitsRun& run, std::string setup) {
                 ", and training crawled."
           : "After unscale() the clip sees the true norm (" + num(r.first_seen) +
                 " at step 1, FP32: " + num(base.first_norm) + ") and clips " + pct(r.clipped / kClipSteps) +
-                " of the steps, as the FP32 run does (" + pct(base.clipped / kClipSteps) + ").";
+                " of the steps; the FP32 run clips " + pct(base.clipped / kClipSteps) + ".";
   return out;
 }
 

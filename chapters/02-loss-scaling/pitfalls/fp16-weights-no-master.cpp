@@ -123,9 +123,10 @@ RunResult master_outcomes(const MasterRun& r, std::string setup) {
                        "fp16 spacing at their weight and rounded away; the loss fell " +
                        pct(progress) + " as far as FP32's, and the accuracy is " +
                        num(base.accuracy - r.accuracy) + " lower."
-                 : "The FP32 masters keep every update, however small; the fp16 copies follow them, and "
-                   "the run matches FP32 (" +
-                       pct(progress) + " of its progress).";
+                 : "The FP32 masters keep every update, however small; the fp16 copies follow them: the "
+                   "loss fell " +
+                       pct(progress) + " as far as FP32's, and the accuracy is " + pct(r.accuracy) +
+                       " against FP32's " + pct(base.accuracy) + ".";
   return out;
 }
 

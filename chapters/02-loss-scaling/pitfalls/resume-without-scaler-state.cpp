@@ -278,16 +278,7 @@ Pitfall resume_without_scaler_state_pitfall() {
           check("every loss after the resume equals the uninterrupted run's, bit for bit",
                 [](const RunResult& r) { return r.get("max_loss_difference") == 0; }),
       },
-      {
-          // What the story needs of the checkpoint, the same for both runs.
-          check("the scale had settled at 2^13 or below before the checkpoint",
-                [](const RunResult& r) { return r.get("saved_scale") <= 8192; }),
-          check("the tracker was part-way to growth_interval",
-                [](const RunResult& r) {
-                  return r.get("saved_growth_tracker") > 0 &&
-                         r.get("saved_growth_tracker") < r.get("growth_interval");
-                }),
-      }};
+      {}};
 }
 
 }  // namespace mpt::ch02

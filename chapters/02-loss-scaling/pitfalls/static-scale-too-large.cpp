@@ -132,8 +132,9 @@ RunResult static_outcomes(const StaticRun& r, BlobsRun& run, std::string setup) 
                 num(bad) + " are now inf/NaN); from then on every forward pass computes NaN, which is why " +
                 num(r.overflows) + " steps count as overflowing."
           : "The scaler found inf/NaN in " + num(r.overflows) + " step(s), the first at step " +
-                num(r.first_overflow) + ", skipped each and halved the scale (now " + num(r.scale) +
-                "); the weights stayed finite and the accuracy matches FP32's.";
+                num(r.first_overflow) + ", skipped each and halved the scale (now " + num(r.scale) + "); " +
+                num(bad) + " weights are inf/NaN, and the accuracy is " + pct(acc) + " against FP32's " +
+                pct(base_accuracy) + ".";
   return out;
 }
 

@@ -244,10 +244,6 @@ Pitfall norm_eps_fp16_pitfall() {
       {
           check("with eps = 1e-5 every output is finite",
                 [](const RunResult& r) { return r.get("nonfinite_outputs_default_eps") == 0; }),
-          check("the near-constant channel varies, by less than eps = 1e-8",
-                [](const RunResult& r) {
-                  return r.get("near_constant_var_fp64") > 0 && r.get("near_constant_var_fp64") < 1e-8;
-                }),
       }};
 }
 

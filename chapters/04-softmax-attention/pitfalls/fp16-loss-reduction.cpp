@@ -260,12 +260,7 @@ Pitfall fp16_loss_reduction_pitfall() {
                   return r.get("early_running_rel_error") < 1e-5 && r.get("late_running_rel_error") < 1e-5;
                 }),
       },
-      {
-          check("the early batch's true sum is past fp16's largest value",
-                [](const RunResult& r) { return r.get("early_sum_fp64") > 65504; }),
-          check("the late batch's true sum fits fp16",
-                [](const RunResult& r) { return r.get("late_sum_fp64") < 65504; }),
-      }};
+      {}};
 }
 
 }  // namespace mpt::ch04

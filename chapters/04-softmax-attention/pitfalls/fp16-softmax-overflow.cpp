@@ -227,8 +227,6 @@ Pitfall fp16_softmax_overflow_pitfall() {
                 [](const RunResult& r) { return r.get("nan_rows") == 0 && r.get("all_zero_rows") == 0; }),
       },
       {
-          check("the batch holds logits above ln 65504",
-                [](const RunResult& r) { return r.get("logits_past_ln_max") > 0; }),
           check("on the ordinary rows both softmaxes are within 4 fp16 ulps of FP64's",
                 [](const RunResult& r) { return r.get("ordinary_rows_worst_ulps") <= 4; }),
       }};

@@ -231,12 +231,7 @@ Pitfall log_softmax_underflow_pitfall() {
               "no row's loss is inf",
               [](const RunResult& r) { return r.get("inf_rows_fp16") == 0 && r.get("inf_rows_fp32") == 0; }),
       },
-      {
-          check("the FP64 losses are finite",
-                [](const RunResult& r) {
-                  return std::isfinite(r.get("loss_fp16_fp64")) && std::isfinite(r.get("loss_fp32_fp64"));
-                }),
-      }};
+      {}};
 }
 
 }  // namespace mpt::ch04

@@ -93,8 +93,11 @@ RunResult measured(const LmRun& run, int vocab, const std::string& setup) {
                 "scaler skipped " +
                 std::to_string(run.skipped) + " of " + std::to_string(run.steps.size()) +
                 " steps, so the weights stayed where the overflow began."
-          : "The largest logit reached the same range, but the loss subtracts each row's maximum before the "
-            "exp and sums in FP32, so no exp overflows and every step trains.";
+          : "The largest logit reached " + num(top) + ", past " + std::string(limit) +
+                ", but the loss subtracts each row's maximum before the exp and sums in FP32: no loss was "
+                "inf "
+                "or NaN, and the scaler skipped " +
+                std::to_string(run.skipped) + " of " + std::to_string(run.steps.size()) + " steps.";
   return r;
 }
 

@@ -18,6 +18,7 @@ void register_chapter04_pitfalls(Registry& registry) {
   registry.add(ch04::log_softmax_underflow_pitfall());
   registry.add(ch04::fp16_loss_reduction_pitfall());
   registry.add(ch04::fp16_mask_values_pitfall());
+  registry.add(ch04::fully_masked_row_nan_pitfall());
   registry.add(ch04::attention_scale_overflow_pitfall());
   registry.add(ch04::autocast_disabled_softmax_pitfall());
   registry.add(ch04::naive_loss_training_pitfall());

@@ -166,14 +166,7 @@ Pitfall bce_on_fp16_probabilities_pitfall() {
           check("every gradient within 1e-6 of FP64's",
                 [](const RunResult& r) { return r.get("grad_max_error") < 1e-6; }),
       },
-      {
-          check("three confident mistakes",
-                [](const RunResult& r) { return r.get("confident_mistakes") == 3; }),
-          check("autocast refuses binary_cross_entropy and names the logits version",
-                [](const RunResult& r) { return r.get("autocast_refuses_bce") == 1; }),
-          check("autocast runs binary_cross_entropy_with_logits in FP32",
-                [](const RunResult& r) { return r.get("logits_loss_computes_f32") == 1; }),
-      }};
+      {}};
 }
 
 }  // namespace mpt::ch06

@@ -117,10 +117,6 @@ Pitfall sum_outside_autocast_pitfall() {
                 [](const RunResult& r) { return r.get("relative_error") < 1e-6; }),
       },
       {
-          check("the exact sum is past fp16's 65504",
-                [](const RunResult& r) { return r.get("exact_sum") > 65504; }),
-          check("the FP32 accumulator is finite",
-                [](const RunResult& r) { return std::isfinite(r.get("accumulator")); }),
           check("where autocast is on, the same sum is FP32",
                 [](const RunResult& r) { return r.get("inside_autocast_output_bits") == 32; }),
       }};
