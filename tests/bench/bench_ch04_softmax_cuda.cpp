@@ -39,21 +39,9 @@
 
 namespace {
 
+using bench::Buffer;
 using bench::check;
 using bench::median_ms;
-
-/// Device memory freed at exit of main's scope.
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
 
 /// One timed kernel: its name, its time, its minimum traffic, and the
 /// memcpy of the same bytes (half each way) for the ratio.
