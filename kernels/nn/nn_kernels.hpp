@@ -263,10 +263,12 @@ enum class SoftmaxCeVersion : int {
 
 /// Softmax cross-entropy forward and backward in one kernel (llm.c's fused
 /// classifier): logits fp16 [rows, classes], targets int32 [rows].
-/// Per row, in FP32, with lse = log Σⱼ exp(zⱼ) from one online (max, sum)
-/// pass and K = classes:
-///   loss  = lse − z_y                                   (ε = 0)
-///   loss  = (1 − ε)·(lse − z_y) + ε·(lse − Σⱼ zⱼ / K)    (ε > 0)
+/// Per row, in FP32, with (max, sum = Σⱼ exp(zⱼ − max)) from one online
+/// pass and K = classes, by softmax_math.hpp's cross_entropy_of (the CPU's
+/// formula: no large max is added to log(sum) and then taken off again):
+///   loss  = log(sum) − (z_y − max)                                  (ε = 0)
+///   loss  = (1 − ε)·(log(sum) − (z_y − max))
+///           + ε·(log(sum) − Σⱼ(zⱼ − max) / K)                       (ε > 0)
 ///   dzⱼ   = g·(softmaxⱼ − (1 − ε)·[j = y] − ε/K), rounded once to fp16
 /// with g = dloss for Reduction::sum and none, and dloss / (the number of
 /// rows whose target is not ignore_index) for mean: the gradient of

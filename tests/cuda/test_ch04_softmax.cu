@@ -15,7 +15,7 @@
 // the fp16 gradient overflows to ±inf).
 //
 // The references are FP64 loops over the fp16 inputs widened exactly:
-// m = max z, eⱼ = exp(zⱼ − m), s = Σ eⱼ, lse = m + log s, softmax = e/s, and
+// m = max z, eⱼ = exp(zⱼ − m), s = Σ eⱼ, softmax = e/s, and
 // the loss and gradient formulas of nn_kernels.hpp. What must hold exactly:
 // ignored rows (loss 0, gradient +0 bits), masked probabilities (+0), a fully
 // masked row (zeros), the NaN rows. The rest within a tolerance derived
@@ -28,11 +28,14 @@
 //    CUDA's expf within 2 ulp, i.e. 4u, the product) with |m_old − m_new|
 //    <= m − zⱼ, and eⱼ itself by u·(m − zⱼ) + 4u: |Δs| <= (D + 1)·u·Σ
 //    eⱼ·(m − zⱼ + 6), which the doubled (D + 1)·u·Σ eⱼ·(m − zⱼ + 4) covers;
-//  - lse = m + log s: δ = |Δs|/s, plus logf's 1 ulp and the addition's
-//    rounding: δ + 2u·|log s| + u·|lse|; the loss adds the rounding of each
-//    further operation (u times the magnitude it produces) and, with
-//    smoothing, Σz's error γ(D)·Σ|z| (Higham, Accuracy and Stability of
-//    Numerical Algorithms, §4.2);
+//  - the loss is log s − (z_y − m) (softmax_math.hpp's cross_entropy_of):
+//    log s errs by δ = |Δs|/s plus logf's 1 ulp, δ + 2u·|log s|, and each
+//    further operation adds u times the magnitude it produces (z_y − m,
+//    the difference); with smoothing, Σ(z − m) errs by γ(D + 1)·Σ|z − m|
+//    (each difference rounded once, then D additions; Higham, Accuracy and
+//    Stability of Numerical Algorithms, §4.2). No term is u·|m|: the old
+//    form (m + log s) − z_y rounded lse at the max's magnitude, which the
+//    "large logits, near ties" case shows these bounds reject;
 //  - a gradient element g·(p − q) before rounding: p = e/s errs by
 //    p·(u·(m − z) + 3u + δ), q by 3u·q, the difference and the product by u
 //    each, plus 2^-126·|g| for FP32's underflow; the stored fp16 value may
@@ -232,13 +235,17 @@ CeRef reference(const CeCase& k, const std::vector<Fp16Code>& codes, SoftmaxCeVe
       continue;
     }
     bool nan = !(y >= 0 && static_cast<std::size_t>(y) < K);
-    double m = -kInf, zsum = 0, zabs = 0;
+    double m = -kInf;
     for (std::size_t j = 0; j < K; ++j) {
       z[j] = value_of(codes[i * K + j]);
       nan = nan || std::isnan(z[j]);
       m = std::max(m, z[j]);
-      zsum += z[j];
-      zabs += std::fabs(z[j]);
+    }
+    // The shifted logits z − m, whose sum the smoothing term needs.
+    double shifted = 0, shifted_abs = 0;
+    for (std::size_t j = 0; j < K; ++j) {
+      shifted += z[j] - m;
+      shifted_abs += std::fabs(z[j] - m);
     }
     if (nan) {
       r.loss[i] = kNaN;
@@ -254,16 +261,19 @@ CeRef reference(const CeCase& k, const std::vector<Fp16Code>& codes, SoftmaxCeVe
       if (e > 0) ds += e * (m - z[j] + 4);
     }
     ds *= (D + 1) * kU;
-    const double delta = ds / s, lse = m + std::log(s);
-    const double lse_tol = delta + 2 * kU * std::fabs(std::log(s)) + kU * std::fabs(lse);
-    const double nll = lse - z[static_cast<std::size_t>(y)];
-    double loss = nll, tol = lse_tol + kU * std::fabs(nll);
+    // cross_entropy_of: log(s) − (z_y − m); no term at the max's magnitude.
+    const double delta = ds / s, log_s = std::log(s), zy_shifted = z[static_cast<std::size_t>(y)] - m;
+    const double log_tol = delta + 2 * kU * std::fabs(log_s);
+    const double nll = log_s - zy_shifted;
+    double loss = nll, tol = log_tol + kU * std::fabs(zy_shifted) + kU * std::fabs(nll);
     if (eps > 0) {
-      const double mean = zsum / static_cast<double>(K);
-      const double smooth = lse - mean;
-      const double mean_tol = D * kU / (1 - D * kU) * zabs / static_cast<double>(K) + kU * std::fabs(mean);
+      // Σ(z − m)/K: each difference rounded once, D additions deep, one division.
+      const double mean = shifted / static_cast<double>(K);
+      const double smooth = log_s - mean;
+      const double mean_tol =
+          (D + 1) * kU / (1 - (D + 1) * kU) * shifted_abs / static_cast<double>(K) + kU * std::fabs(mean);
       loss = (1 - eps) * nll + eps * smooth;
-      tol = (1 - eps) * tol + eps * (lse_tol + mean_tol + kU * std::fabs(smooth)) +
+      tol = (1 - eps) * tol + eps * (log_tol + mean_tol + kU * std::fabs(smooth)) +
             2 * kU * ((1 - eps) * std::fabs(nll) + eps * std::fabs(smooth) + std::fabs(loss));
     }
     r.loss[i] = loss;
@@ -520,6 +530,23 @@ TEST_CASE("softmax_cross_entropy: adversarial logits") {
     for (std::int64_t r = 0; r < rows; ++r)
       k.logits[static_cast<std::size_t>(r * K + (r * 37) % K)] = 60000.0f;
     k.targets[0] = 0;  // row 0's huge logit is at 0: the target itself
+    check_all_options(k, worst);
+  }
+  {
+    // Large logits near ties: 30000 + 16·k (fp16's spacing there is 16), the
+    // target at the row's maximum, so the loss is log(1 + a few e^-16k),
+    // about 0.7 where two logits tie. (m + log s) − z_y would round
+    // m + log s to FP32's spacing at 30000, 2^-9, an error of up to 2^-10
+    // against a tolerance of about 10^-6 here; log s − (z_y − m) does not.
+    CeCase k = random_case("large logits, near ties", rows, K, 1.0f, rng);
+    for (float& z : k.logits) z = 30000.0f - 16.0f * static_cast<float>(1 + rng() % 6);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto base = static_cast<std::size_t>(r * K);
+      const auto y = static_cast<std::size_t>(r * 13 % K);
+      k.targets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(y);
+      k.logits[base + y] = 30000.0f;
+      if (r % 2 == 0) k.logits[base + (y + 1) % static_cast<std::size_t>(K)] = 30000.0f;  // a tie
+    }
     check_all_options(k, worst);
   }
   {
