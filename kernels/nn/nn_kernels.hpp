@@ -302,12 +302,17 @@ void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Co
 /// every column) and, with causal, when c <= r mod cols (the rows are
 /// stacked [cols, cols] blocks of query rows, PyTorch's is_causal, a lower
 /// triangle of ones, aligned top left; rows must be a multiple of cols).
-///   pᵣ꜀ = exp(z − max) / Σ exp(z − max) over the kept columns, 0 elsewhere.
-/// A row with no kept column (or only kept −inf scores) outputs zeros: the
-/// attention of a query that may see nothing adds nothing (PyTorch's softmax
-/// would give NaN there, which then poisons the whole backward). A NaN among
-/// the kept scores makes the row's kept probabilities NaN; masked ones stay
-/// 0. One warp per row. Queued.
+///   pᵣ꜀ = exp(z − max) / Σ exp(z − max) over the kept columns, 0 elsewhere,
+/// by the CPU attention's functions (attention_math.hpp: score, row_prob),
+/// with PyTorch's answers (scaled_dot_product_attention's math backend,
+/// at::_safe_softmax) on special rows:
+///  - a row with no kept column (or only kept −inf scores) outputs zeros:
+///    the attention of a query that may see nothing adds nothing (the plain
+///    softmax would give NaN there, which then poisons the whole backward);
+///  - a row whose kept scores hold a NaN or a +inf outputs NaN at every
+///    column, masked ones included (exp(inf − inf) makes the row's sum NaN);
+///  - a masked column is never read: a NaN or inf stored there changes nothing.
+/// One warp per row. Queued.
 void masked_softmax(std::int64_t rows, std::int64_t cols, const Fp16Code* d_scores, const bool* d_mask,
                     bool causal, Fp16Code* d_probs);
 

@@ -2,10 +2,11 @@
 // (forward and backward in one kernel) and the masked softmax of attention
 // rows, fp16 in and out, FP32 in between.
 // Depends on: mpt/nn/softmax_math.hpp (the online (max, sum) and its merge,
-// the CPU's own functions), mpt/formats/round_element.hpp (decode, and the
-// rounding of every stored result in version 1), mpt/formats/codes.hpp
-// (Fp16Code), kernels/nn/nn_kernels.hpp (the host API), cuda_check.cuh,
-// cuda_fp16.h (the hardware fp16 conversions of version 2).
+// the CPU's own functions, and cross_entropy_of), mpt/nn/attention_math.hpp
+// (a position's score and probability, the CPU attention's functions), mpt/formats/round_element.hpp (decode,
+// and the rounding of every stored result in version 1), mpt/formats/codes.hpp (Fp16Code),
+// kernels/nn/nn_kernels.hpp (the host API), cuda_check.cuh, cuda_fp16.h (the hardware fp16 conversions of
+// version 2).
 //
 // One kernel family in one file: both kernels reduce a row the same way.
 // Each thread walks its share of a row with max_sum_add; the partial (max,
@@ -41,6 +42,7 @@
 #include "kernels/nn/nn_kernels.hpp"
 #include "mpt/formats/codes.hpp"
 #include "mpt/formats/round_element.hpp"
+#include "mpt/nn/attention_math.hpp"
 #include "mpt/nn/softmax_math.hpp"
 
 namespace mpt::cuda {
@@ -399,11 +401,33 @@ __global__ void ce_vector_kernel(long long classes, const std::uint16_t* __restr
 // reduction is warp_merge and a broadcast, nothing in shared memory. Lane l
 // reads columns l, l + 32, ... twice: (max, sum) over the kept ones, then
 // the probabilities.
+//
+// The arithmetic of a position is the CPU attention's, by the same
+// functions (attention_math.hpp): its score is attention_math::score — −inf
+// where it does not take part, whatever is stored there — and its
+// probability attention_math::row_prob: 0 everywhere in a row where nothing
+// takes part (sum 0), and NaN everywhere, masked positions included, in a
+// row whose kept scores hold a NaN or a +inf (sum NaN). That is PyTorch's
+// answer: the math backend of scaled_dot_product_attention adds −inf at
+// masked positions and calls at::_safe_softmax, which is softmax (NaN in
+// every position of such a row: aten/src/ATen/native/cpu/SoftmaxKernel.cpp,
+// max, exp(x − max), sum, times 1/sum) with only the rows of all −inf set
+// to 0 (aten/src/ATen/native/transformers/attention.cpp, _safe_softmax and
+// _scaled_dot_product_attention_math).
+
 /// Whether column col of row row (element offset) takes part in the softmax.
 __device__ __forceinline__ bool kept(const bool* __restrict__ mask, bool causal, long long row, long long col,
                                      long long cols, long long offset) {
   if (mask != nullptr && !mask[offset]) return false;
   return !causal || col <= row % cols;
+}
+
+/// The score of a position as the CPU attention forms it: the stored score
+/// where it takes part (the scale is in it already, and there is no
+/// additive mask), −inf where it does not. A masked code is not read.
+__device__ __forceinline__ float score_of(const std::uint16_t* __restrict__ scores, bool keep,
+                                          long long offset) {
+  return attention_math::score(keep ? load16(scores[offset]) : 0.0f, 1.0f, keep, 0.0f);
 }
 
 /// The masked softmax: warp threadIdx.x / 32 of the block takes row
@@ -417,15 +441,12 @@ __global__ void masked_softmax_kernel(long long rows, long long cols,
   const long long base = r * cols;
   MaxSum<float> s;
   for (long long c = lane; c < cols; c += kWarp)
-    if (kept(mask, causal, r, c, cols, base + c)) max_sum_add(s, load16(scores[base + c]));
+    max_sum_add(s,
+                score_of(scores, kept(mask, causal, r, c, cols, base + c), base + c));  // −inf adds nothing
   const MaxSum<float> t = warp_broadcast(warp_merge(s));
-  for (long long c = lane; c < cols; c += kWarp) {
-    // sum == 0: nothing kept (or only −inf kept): zeros, not exp(−inf − (−inf)) = NaN.
-    const float p = (t.sum != 0.0f && kept(mask, causal, r, c, cols, base + c))
-                        ? exp_in(load16(scores[base + c]) - t.max) / t.sum
-                        : 0.0f;
-    probs[base + c] = store16(p);
-  }
+  for (long long c = lane; c < cols; c += kWarp)
+    probs[base + c] = store16(
+        attention_math::row_prob(t, score_of(scores, kept(mask, causal, r, c, cols, base + c), base + c)));
 }
 
 // --- host-side checks -------------------------------------------------------------------

@@ -43,6 +43,10 @@
 //    2^-25 absolute among the subnormals).
 // Each check prints the worst ratio of error to tolerance it saw.
 #define DOCTEST_CONFIG_IMPLEMENT
+// The CPU attention brings Eigen (mpt's Tensor). Nothing of Eigen runs on the
+// device here: read it as the plain C++ the library was compiled against,
+// without its CUDA annotations (which nvcc warns about).
+#define EIGEN_NO_CUDA
 #include "gpu_test_support.hpp"
 #include "kernels/nn/nn_kernels.hpp"
 
@@ -56,8 +60,12 @@
 #include <string>
 #include <vector>
 
+#include "mpt/core/context.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/core/tensor.hpp"
 #include "mpt/formats/format_spec.hpp"
 #include "mpt/formats/round_element.hpp"
+#include "mpt/nn/attention.hpp"
 
 namespace {
 
@@ -420,44 +428,79 @@ struct SoftmaxCase {
   bool causal = false;
 };
 
-void check_masked_softmax(const SoftmaxCase& k, Worst& worst) {
-  const auto rows = static_cast<std::size_t>(k.rows), L = static_cast<std::size_t>(k.cols), n = rows * L;
-  const std::vector<Fp16Code> codes = codes_of(k.scores);
-  auto keep = [&](std::size_t r, std::size_t c) {
-    return (k.mask.empty() || k.mask[r * L + c] != 0) && (!k.causal || c <= r % L);
-  };
-  // Reference: probabilities and their FP32 error before the fp16 rounding.
-  std::vector<double> want(n, 0.0), e32(n, 0.0);
-  const double D = static_cast<double>((L + 31) / 32) + 5;
+/// The FP64 reference of a masked softmax over rows × L fp16 scores: each
+/// probability and its FP32 error before the fp16 rounding, for a sum that
+/// is at most D additions and rescalings deep; and what each row is.
+struct MaskedRef {
+  enum class Row { finite, zeros, nan };
+  std::vector<double> want, e32;  // per element
+  std::vector<Row> row;           // per row
+};
+
+template <class Keep>
+MaskedRef masked_reference(const std::vector<Fp16Code>& codes, std::size_t rows, std::size_t L,
+                           const Keep& keep, double D) {
+  MaskedRef ref;
+  ref.want.assign(rows * L, 0.0);
+  ref.e32.assign(rows * L, 0.0);
+  ref.row.assign(rows, MaskedRef::Row::finite);
   for (std::size_t r = 0; r < rows; ++r) {
     double m = -kInf;
     bool nan = false;
     for (std::size_t c = 0; c < L; ++c)
       if (keep(r, c)) {
         const double z = value_of(codes[r * L + c]);
-        nan = nan || std::isnan(z);
+        nan = nan || std::isnan(z) || z == kInf;  // NaN, or exp(inf − inf): the row's sum is NaN
         m = std::max(m, z);
       }
-    if (m == -kInf && !nan) continue;  // nothing kept, or only −inf: zeros
-    double s = 0, ds = 0;
+    if (nan) {
+      // PyTorch's answer (softmax, then _safe_softmax): NaN at every
+      // position, masked ones included.
+      ref.row[r] = MaskedRef::Row::nan;
+      std::fill(ref.want.begin() + static_cast<std::ptrdiff_t>(r * L),
+                ref.want.begin() + static_cast<std::ptrdiff_t>((r + 1) * L), kNaN);
+      continue;
+    }
+    if (m == -kInf) {  // nothing kept, or only −inf: zeros (_safe_softmax)
+      ref.row[r] = MaskedRef::Row::zeros;
+      continue;
+    }
+    double sum = 0, ds = 0;
     for (std::size_t c = 0; c < L; ++c)
-      if (keep(r, c) && !nan) {
+      if (keep(r, c)) {
         const double z = value_of(codes[r * L + c]), e = std::exp(z - m);
-        s += e;
+        sum += e;
         if (e > 0) ds += e * (m - z + 4);
       }
-    const double delta = (D + 1) * kU * ds / s;
+    const double delta = (D + 1) * kU * ds / sum;
     for (std::size_t c = 0; c < L; ++c) {
-      if (!keep(r, c)) continue;
-      if (nan) {
-        want[r * L + c] = kNaN;
-        continue;
-      }
-      const double z = value_of(codes[r * L + c]), p = std::exp(z - m) / s;
-      want[r * L + c] = p;
-      e32[r * L + c] = 2 * (p * (kU * (std::isfinite(z) ? m - z : 0) + 3 * kU + delta) + 0x1p-126);
+      if (!keep(r, c)) continue;  // exactly 0
+      const double z = value_of(codes[r * L + c]), p = std::exp(z - m) / sum;
+      ref.want[r * L + c] = p;
+      ref.e32[r * L + c] = 2 * (p * (kU * (std::isfinite(z) ? m - z : 0) + 3 * kU + delta) + 0x1p-126);
     }
   }
+  return ref;
+}
+
+/// One probability against the reference: +0 bits where the reference is an
+/// exact 0 (a masked position of a finite row, a row of zeros), NaN (any
+/// payload: the class, not the bits) where it is NaN, else within e32 and
+/// the fp16 rounding.
+void check_prob(Compare& cmp, const MaskedRef& ref, std::size_t e, Fp16Code got) {
+  if (std::isnan(ref.want[e])) cmp.close16("probs (a NaN row: NaN everywhere)", e, got, kNaN, 0);
+  else if (ref.want[e] == 0 && ref.e32[e] == 0)
+    cmp.bits("probs (masked or fully masked row)", e, got.bits, 0u);
+  else cmp.close16("probs", e, got, ref.want[e], ref.e32[e]);
+}
+
+void check_masked_softmax(const SoftmaxCase& k, Worst& worst) {
+  const auto rows = static_cast<std::size_t>(k.rows), L = static_cast<std::size_t>(k.cols), n = rows * L;
+  const std::vector<Fp16Code> codes = codes_of(k.scores);
+  auto keep = [&](std::size_t r, std::size_t c) {
+    return (k.mask.empty() || k.mask[r * L + c] != 0) && (!k.causal || c <= r % L);
+  };
+  const MaskedRef ref = masked_reference(codes, rows, L, keep, static_cast<double>((L + 31) / 32) + 5);
   std::vector<unsigned char> mask_bytes(k.mask);
   DeviceArray<Fp16Code> d_scores(codes);
   DeviceArray<unsigned char> d_mask(mask_bytes.empty() ? std::vector<unsigned char>(1, 0) : mask_bytes);
@@ -471,13 +514,7 @@ void check_masked_softmax(const SoftmaxCase& k, Worst& worst) {
     Out<Fp16Code> probs(n, poison);
     mpt::cuda::masked_softmax(k.rows, k.cols, d_scores.get(), mask, k.causal, probs.ptr());
     const std::vector<Fp16Code> got = probs.get(cmp, "probs");
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < L; ++c) {
-        const std::size_t e = r * L + c;
-        if (!keep(r, c) || (want[e] == 0 && e32[e] == 0))
-          cmp.bits("probs (masked or fully masked row)", e, got[e].bits, 0u);
-        else cmp.close16("probs", e, got[e], want[e], e32[e]);
-      }
+    for (std::size_t e = 0; e < n; ++e) check_prob(cmp, ref, e, got[e]);
     CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
   }
 }
@@ -654,8 +691,8 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
     check_masked_softmax(k, worst);
   }
   {
-    // A NaN at a kept position: that row's kept probabilities NaN, its
-    // masked ones 0, the other rows untouched.
+    // A NaN at a kept position: NaN at every position of that row, masked
+    // ones included (PyTorch's answer), the other rows untouched.
     const std::int64_t L = 50, R = 6;
     SoftmaxCase k{"NaN kept",
                   R,
@@ -677,6 +714,115 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
     check_masked_softmax(k, worst);
   }
   worst.print("masked softmax");
+}
+
+TEST_CASE("masked_softmax against the CPU attention: +inf and NaN kept scores, fully masked rows") {
+  // mpt::scaled_dot_product_attention in f16 (FP32 compute) stores its
+  // scores S (Q·scale Kᵀ, rounded to f16) and its probabilities P (rounded
+  // to f16); the kernel is given the same S and the same mask. Where the
+  // rows are finite, both sides must be within their FP32 bounds of the
+  // FP64 softmax (and so within those bounds and an fp16 ulp of each
+  // other); on the special rows they must agree exactly, by class: +0
+  // bits for a row of zeros, NaN (any payload) at every position of a row
+  // whose kept scores hold a +inf or a NaN — PyTorch's answer, which the
+  // CPU attention gives and the kernel once did not (it wrote 0 at the
+  // masked positions of such a row).
+  std::mt19937_64 rng(mpt::test::test_seed() + 7);
+  Worst worst;
+  const std::int64_t L = 40, D = 8;  // 40 columns: lanes 8–31 of each warp idle on the second pass
+  const auto Lz = static_cast<std::size_t>(L), n = Lz * Lz;
+  for (int variant = 0; variant < 3; ++variant) {
+    // 0: a boolean mask; 1: causal; 2: an additive mask of 0, −inf, NaN, +inf.
+    std::vector<float> q = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    std::vector<float> k = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    const std::vector<float> v = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    // Row 3 and key 1 of 300s: S(3, 1) = (300/√8)·300·8 ≈ 2.5e5 overflows
+    // f16 to +inf (a kept score in every variant); the rest of row 3 and of
+    // column 1 stays finite (a few hundred).
+    for (std::int64_t c = 0; c < D; ++c) {
+      q[static_cast<std::size_t>(3 * D + c)] = 300.0f;
+      k[static_cast<std::size_t>(1 * D + c)] = 300.0f;
+    }
+    // Row 5 of Q holds a NaN: every score of row 5 is NaN.
+    q[static_cast<std::size_t>(5 * D + 2)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<unsigned char> keep_bytes(n, 1);
+    std::vector<float> add(n, 0.0f);
+    mpt::AttentionMask mask;
+    mpt::AttentionOptions options;
+    const float inf = std::numeric_limits<float>::infinity();
+    if (variant == 0) {
+      keep_bytes = random_mask(n, 0.7, rng);
+      keep_bytes[3 * Lz + 1] = 1;  // the +inf is kept
+      std::fill(keep_bytes.begin() + 9 * L, keep_bytes.begin() + 10 * L,
+                std::uint8_t{0});  // row 9: nothing kept
+      mask = mpt::AttentionMask::boolean({L, L},
+                                         std::vector<std::uint8_t>(keep_bytes.begin(), keep_bytes.end()));
+    } else if (variant == 1) {
+      options.is_causal = true;  // row 3 sees key 1; rows 0 and 1 see no NaN and no +inf
+    } else {
+      for (std::size_t e = 0; e < n; ++e) add[e] = rng() % 4 == 0 ? -inf : 0.0f;
+      add[3 * Lz + 1] = 0.0f;
+      std::fill(add.begin() + 9 * L, add.begin() + 10 * L, -inf);  // row 9: every position −inf
+      add[12 * Lz + 7] = std::numeric_limits<float>::quiet_NaN();  // a NaN added at a kept position
+      add[14 * Lz + 30] = inf;                                     // a +inf added
+      add[16 * Lz + 2] = -inf;
+      add[16 * Lz + 3] = inf;  // −inf and +inf in one row
+      for (std::size_t e = 0; e < n; ++e) keep_bytes[e] = add[e] == -inf ? 0 : 1;
+      mask = mpt::AttentionMask::additive(mpt::Tensor::from_f32(add.data(), {L, L}, mpt::DType::f32));
+    }
+    mpt::Context ctx(mpt::uniform_policy(mpt::DType::f16));
+    const mpt::Shape shape{1, L, D};
+    const mpt::AttentionResult cpu = mpt::scaled_dot_product_attention(
+        mpt::Tensor::from_f32(q.data(), shape, mpt::DType::f16),
+        mpt::Tensor::from_f32(k.data(), shape, mpt::DType::f16),
+        mpt::Tensor::from_f32(v.data(), shape, mpt::DType::f16), mask, options, ctx);
+    REQUIRE(cpu.scores.dtype() == mpt::DType::f16);
+    REQUIRE(cpu.saved.probs.dtype() == mpt::DType::f16);
+    std::vector<Fp16Code> scores(n), cpu_probs(n);
+    std::memcpy(scores.data(), cpu.scores.raw(), n * sizeof(Fp16Code));
+    std::memcpy(cpu_probs.data(), cpu.saved.probs.raw(), n * sizeof(Fp16Code));
+    REQUIRE(value_of(scores[3 * Lz + 1]) == kInf);  // the overflow happened
+    // The kernel's input: S plus the additive mask where that is exact (0,
+    // NaN, +inf on a finite score), the −inf of the mask as mask bytes.
+    if (variant == 2)
+      for (std::size_t e = 0; e < n; ++e)
+        if (std::isnan(add[e]) || add[e] == inf) scores[e] = code_of(add[e]);
+    auto keep = [&](std::size_t r, std::size_t c) {
+      return variant == 1 ? c <= r : keep_bytes[r * Lz + c] != 0;
+    };
+    const MaskedRef gpu_ref = masked_reference(scores, Lz, Lz, keep, static_cast<double>((Lz + 31) / 32) + 5);
+    const MaskedRef cpu_ref = masked_reference(scores, Lz, Lz, keep, static_cast<double>(Lz) + 5);
+    REQUIRE(gpu_ref.row[3] == MaskedRef::Row::nan);
+    REQUIRE(gpu_ref.row[5] == MaskedRef::Row::nan);
+    DeviceArray<Fp16Code> d_scores(scores);
+    DeviceArray<unsigned char> d_mask(keep_bytes);
+    const bool* d_keep = variant == 1 ? nullptr : reinterpret_cast<const bool*>(d_mask.get());
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp;
+      cmp.label = std::string("against the CPU attention, ") +
+                  (variant == 0   ? "boolean mask"
+                   : variant == 1 ? "causal"
+                                  : "additive mask") +
+                  ", poison " + std::to_string(poison);
+      cmp.worst = &worst.probs;
+      Out<Fp16Code> probs(n, poison);
+      mpt::cuda::masked_softmax(L, L, d_scores.get(), d_keep, variant == 1, probs.ptr());
+      const std::vector<Fp16Code> got = probs.get(cmp, "probs");
+      for (std::size_t e = 0; e < n; ++e) {
+        check_prob(cmp, gpu_ref, e, got[e]);        // the kernel within its bound
+        check_prob(cmp, cpu_ref, e, cpu_probs[e]);  // the CPU attention within its own
+        const std::size_t r = e / Lz;
+        if (gpu_ref.row[r] == MaskedRef::Row::nan) {
+          if (!(std::isnan(value_of(got[e])) && std::isnan(value_of(cpu_probs[e]))))
+            cmp.fail("probs (NaN row: NaN on both sides)", e, value_of(got[e]), value_of(cpu_probs[e]), 0);
+        } else if (gpu_ref.want[e] == 0 && gpu_ref.e32[e] == 0) {
+          cmp.bits("probs (exact zero on both sides)", e, got[e].bits, cpu_probs[e].bits);
+        }
+      }
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+    }
+  }
+  worst.print("against the CPU attention");
 }
 
 TEST_CASE("softmax kernels: a small case of every kernel (for compute-sanitizer)") {
