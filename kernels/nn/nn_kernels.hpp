@@ -100,6 +100,27 @@ void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const f
 // bits. What differs is the order of the reductions, and with it the last
 // bits of the statistics and of the sums.
 
+/// The norm kernels, simplest first (the GPU test runs both; the same
+/// results up to the order of the reductions, each deterministic).
+enum class NormVersion : int {
+  simple =
+      1,  ///< one block per BatchNorm channel; one warp per LayerNorm row, one thread per column for dγ, dβ
+  fast =
+      2,  ///< LayerNorm's dγ, dβ: the rows split in chunks over the grid, partial sums added in chunk order
+};
+
+/// How many rows NormVersion::fast's LayerNorm dγ, dβ kernel adds, in
+/// order, into one FP32 partial sum per column: 64, or more where chunks of
+/// 64 would be more than 65535 (the grid's y limit). The partial sums are
+/// then added in chunk order, from 0. A function of rows alone, so the
+/// result does not depend on the GPU or on scheduling; one chunk is the
+/// simple version's order.
+constexpr std::int64_t layer_norm_dweight_chunk_rows(std::int64_t rows) {
+  constexpr std::int64_t kChunk = 64, kMaxChunks = 65535;
+  const std::int64_t least = rows / kMaxChunks + (rows % kMaxChunks != 0 ? 1 : 0);
+  return least > kChunk ? least : kChunk;
+}
+
 /// True for the element types the norm kernels read and write: float (f32),
 /// Fp16Code (f16) and Bf16Code (bf16).
 template <class T>
@@ -126,7 +147,7 @@ void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, cons
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
-                         float* d_dweight, float* d_dbias);
+                         float* d_dweight, float* d_dbias, NormVersion v);
 }  // namespace detail
 
 /// BatchNorm forward in training mode (mpt::BatchNorm::forward with
@@ -212,18 +233,26 @@ void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, cons
 /// LayerNorm backward (mpt::LayerNorm::backward), all sums in FP32:
 ///   dx = rstd/D·(D·g − Σg − x̂·Σg·x̂), g = γ[i]·dy, sums over the row (one
 ///   warp per row), rounded once into X;
-///   d_dweight[i] = Σ_rows dy·x̂, d_dbias[i] = Σ_rows dy (f32 [cols]), one
-///   thread per column adding the rows in order 0, 1, ...: the CPU layer's
-///   order, so these are its FP32 sums bit for bit.
+///   d_dweight[i] = Σ_rows dy·x̂, d_dbias[i] = Σ_rows dy (f32 [cols]), the
+///   terms the CPU layer adds (the same FP32 products), in a fixed order:
+///    - NormVersion::simple: one thread per column adding the rows in order
+///      0, 1, ...: the CPU layer's order, so its FP32 sums bit for bit;
+///    - NormVersion::fast: the rows in chunks of
+///      layer_norm_dweight_chunk_rows(rows), each chunk's terms added in row
+///      order into a partial sum (from 0), the partials added in chunk order
+///      (from 0): deterministic, and within the order-independent bound
+///      γ(rows)·Σ|terms| of the CPU's sums (rows <= 64: the simple order).
+///      Its partial sums live in scratch memory taken from CUDA's stream-
+///      ordered pool (cudaMallocAsync) for the call.
 /// weight nullptr means γ = 1; d_dx, d_dweight and d_dbias may each be
 /// nullptr (not computed). Queued.
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
-                         float* d_dweight, float* d_dbias) {
+                         float* d_dweight, float* d_dbias, NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "layer_norm_backward: X and P must be float, Fp16Code or Bf16Code");
-  detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias);
+  detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias, v);
 }
 
 // --- Softmax cross-entropy and masked softmax (kernels/nn/softmax.cu, Chapter 4) ----------

@@ -6,9 +6,11 @@
 // result), mpt/formats/codes.hpp (Fp16Code, Bf16Code), kernels/nn/nn_kernels.hpp
 // (the host API), cuda_check.cuh.
 //
-// The simplest correct versions, llm.c style: one thread block per BatchNorm
-// channel, one warp per LayerNorm row, one thread per LayerNorm column for
-// the weight's gradient. No arithmetic of their own: the statistics are
+// The simplest correct versions first, llm.c style (NormVersion::simple):
+// one thread block per BatchNorm channel, one warp per LayerNorm row, one
+// thread per LayerNorm column for the weight's gradient; the faster ones
+// (NormVersion::fast) after them, each with its reason. No arithmetic of
+// their own: the statistics are
 // welford_add per thread, then welford_merge across the warp (shuffles) and
 // across the block (shared memory); everything element-wise is
 // norm_math.hpp's MPT_HD functions. The file is compiled with -fmad=false
@@ -424,9 +426,11 @@ __global__ void layer_norm_dx_kernel(long long rows, long long cols,
   }
 }
 
-// Backward, dweight and dbias: thread i adds dy·x̂ and dy of column i over
-// the rows in order, as the CPU's loop does: the same FP32 sums, bit for
-// bit. Reads are coalesced (neighbouring threads, neighbouring columns).
+// Backward, dweight and dbias, version 1 (NormVersion::simple): thread i
+// adds dy·x̂ and dy of column i over the rows in order, as the CPU's loop
+// does: the same FP32 sums, bit for bit. Reads are coalesced (neighbouring
+// threads, neighbouring columns). But there are only ⌈cols / 256⌉ blocks —
+// 3 for GPT-2's 768 columns on a 132-SM GPU — each walking every row.
 template <class X>
 __global__ void layer_norm_dweight_kernel(long long rows, long long cols,
                                           const typename Io<X>::Raw* __restrict__ x,
@@ -440,6 +444,50 @@ __global__ void layer_norm_dweight_kernel(long long rows, long long cols,
     const float d = Io<X>::load(dy[r * cols + i]);
     sum_w += d * norm_math::normalize(Io<X>::load(x[r * cols + i]), mean[r], rstd[r]);
     sum_b += d;
+  }
+  if (dweight != nullptr) dweight[i] = sum_w;
+  if (dbias != nullptr) dbias[i] = sum_b;
+}
+
+// Backward, dweight and dbias, version 2 (NormVersion::fast): the rows are
+// split into chunks of `chunk` rows (layer_norm_dweight_chunk_rows), the
+// grid's second dimension; block (bx, k) adds rows k·chunk, ... of columns
+// bx·256, ... in order into FP32 partial sums, as version 1 does for all
+// rows, and writes them to partial_w[k][i], partial_b[k][i] (or, with one
+// chunk, straight to dweight and dbias). Why faster: ⌈rows / chunk⌉ times
+// the blocks (8192 rows of 768 columns: 384 instead of 3), so every SM
+// reads. Deterministic: the chunks depend on `rows` alone, and the combine
+// kernel below adds the partials of a column in chunk order.
+template <class X>
+__global__ void layer_norm_dweight_partial_kernel(
+    long long rows, long long cols, long long chunk, const typename Io<X>::Raw* __restrict__ x,
+    const typename Io<X>::Raw* __restrict__ dy, const float* __restrict__ mean,
+    const float* __restrict__ rstd, float* __restrict__ partial_w, float* __restrict__ partial_b) {
+  const long long i = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= cols) return;
+  const long long k = blockIdx.y, first = k * chunk, end = first + chunk < rows ? first + chunk : rows;
+  float sum_w = 0.0f, sum_b = 0.0f;
+  for (long long r = first; r < end; ++r) {
+    const float d = Io<X>::load(dy[r * cols + i]);
+    sum_w += d * norm_math::normalize(Io<X>::load(x[r * cols + i]), mean[r], rstd[r]);
+    sum_b += d;
+  }
+  if (partial_w != nullptr) partial_w[k * cols + i] = sum_w;
+  if (partial_b != nullptr) partial_b[k * cols + i] = sum_b;
+}
+
+// The combine: thread i adds the `chunks` partial sums of column i in chunk
+// order 0, 1, ... (starting from 0, as the CPU's sum does).
+__global__ void layer_norm_dweight_combine_kernel(long long cols, long long chunks,
+                                                  const float* __restrict__ partial_w,
+                                                  const float* __restrict__ partial_b,
+                                                  float* __restrict__ dweight, float* __restrict__ dbias) {
+  const long long i = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= cols) return;
+  float sum_w = 0.0f, sum_b = 0.0f;
+  for (long long k = 0; k < chunks; ++k) {
+    if (partial_w != nullptr) sum_w += partial_w[k * cols + i];
+    if (partial_b != nullptr) sum_b += partial_b[k * cols + i];
   }
   if (dweight != nullptr) dweight[i] = sum_w;
   if (dbias != nullptr) dbias[i] = sum_b;
@@ -471,6 +519,11 @@ long long checked_numel(std::int64_t a, std::int64_t b, std::int64_t c, const ch
   return a * b * c;
 }
 
+void check_version(NormVersion v, const char* where) {
+  require(v == NormVersion::simple || v == NormVersion::fast, where,
+          "version must be NormVersion::simple or fast, got " + std::to_string(static_cast<int>(v)));
+}
+
 void check_eps(float eps, const char* where) {
   require(std::isfinite(eps) && eps >= 0.0f, where,
           "eps must be finite and >= 0, got " + std::to_string(eps));
@@ -492,6 +545,28 @@ unsigned int row_blocks(std::int64_t rows, const char* where) {
                             " rows need more blocks than a 1-D grid holds");
   return static_cast<unsigned int>(blocks);
 }
+
+// Scratch device memory for one call, in stream order: allocated from CUDA's
+// memory pool on the default stream (cudaMallocAsync) and given back the
+// same way when it goes out of scope, after the kernels queued before that
+// have used it; the call stays asynchronous, and after the first call the
+// pool serves it without a system allocation.
+class Workspace {
+ public:
+  Workspace(std::size_t bytes, const char* where) {
+    if (bytes > 0) detail::check(cudaMallocAsync(&p_, bytes, cudaStreamLegacy), where);
+  }
+  ~Workspace() {
+    if (p_ != nullptr) cudaFreeAsync(p_, cudaStreamLegacy);  // nothing to report from a destructor
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  /// The memory as floats, from float `offset` on.
+  float* floats(std::size_t offset = 0) const { return static_cast<float*>(p_) + offset; }
+
+ private:
+  void* p_ = nullptr;
+};
 
 }  // namespace
 
@@ -594,8 +669,9 @@ void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, cons
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
-                         float* d_dweight, float* d_dbias) {
+                         float* d_dweight, float* d_dbias, NormVersion v) {
   const char* where = "layer_norm_backward";
+  check_version(v, where);
   require(rows >= 0 && cols >= 1, where,
           "rows must be >= 0 and cols >= 1, got rows = " + std::to_string(rows) +
               ", cols = " + std::to_string(cols));
@@ -608,11 +684,28 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
                                                                       d_rstd, raw(d_weight), raw(d_dx));
     check_launch(where);
   }
-  if (d_dweight != nullptr || d_dbias != nullptr) {
-    layer_norm_dweight_kernel<X><<<blocks_for(static_cast<std::size_t>(cols), kThreads, where), kThreads>>>(
-        rows, cols, raw(d_x), raw(d_dy), d_mean, d_rstd, d_dweight, d_dbias);
+  if (d_dweight == nullptr && d_dbias == nullptr) return;
+  const unsigned int col_blocks = blocks_for(static_cast<std::size_t>(cols), kThreads, where);
+  const long long chunk = layer_norm_dweight_chunk_rows(rows);
+  const long long chunks = rows / chunk + (rows % chunk != 0 ? 1 : 0);
+  if (v == NormVersion::simple || chunks <= 1) {
+    // One chunk is version 1's order: the simple kernel's sums, bit for bit.
+    layer_norm_dweight_kernel<X>
+        <<<col_blocks, kThreads>>>(rows, cols, raw(d_x), raw(d_dy), d_mean, d_rstd, d_dweight, d_dbias);
     check_launch(where);
+    return;
   }
+  const auto per_array = static_cast<std::size_t>(chunks) * static_cast<std::size_t>(cols);
+  const Workspace partials(per_array * sizeof(float) * ((d_dweight != nullptr) + (d_dbias != nullptr)),
+                           where);
+  float* partial_w = d_dweight != nullptr ? partials.floats() : nullptr;
+  float* partial_b = d_dbias != nullptr ? partials.floats(d_dweight != nullptr ? per_array : 0) : nullptr;
+  layer_norm_dweight_partial_kernel<X><<<dim3(col_blocks, static_cast<unsigned int>(chunks)), kThreads>>>(
+      rows, cols, chunk, raw(d_x), raw(d_dy), d_mean, d_rstd, partial_w, partial_b);
+  check_launch(where);
+  layer_norm_dweight_combine_kernel<<<col_blocks, kThreads>>>(cols, chunks, partial_w, partial_b, d_dweight,
+                                                              d_dbias);
+  check_launch(where);
 }
 
 // Every pair of storage types: X the activations', P the parameters'.
@@ -626,7 +719,7 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
   template void layer_norm_forward<X, P>(std::int64_t, std::int64_t, const X*, const P*, const P*, float,    \
                                          X*, float*, float*);                                                \
   template void layer_norm_backward<X, P>(std::int64_t, std::int64_t, const X*, const X*, const float*,      \
-                                          const float*, const P*, X*, float*, float*);
+                                          const float*, const P*, X*, float*, float*, NormVersion);
 #define MPT_NORMS_INSTANTIATE_X(X)   \
   MPT_NORMS_INSTANTIATE(X, float)    \
   MPT_NORMS_INSTANTIATE(X, Fp16Code) \

@@ -20,7 +20,12 @@
 //    mean and invstd with norm_math's formulas and rounded by mpt's Tensor
 //    writes; dx of BatchNorm's backward recomputed from the kernel's own
 //    Σdy and Σdy·x̂ (dbias, dweight);
-//  - LayerNorm's dweight and dbias (the kernel adds the rows in the CPU's order).
+//  - LayerNorm's dweight and dbias against a host model of the order each
+//    version states (nn_kernels.hpp): the CPU layer's FP32 terms, added row
+//    by row (simple), or row by row within chunks of 64 rows, the chunks'
+//    partial sums then in chunk order (fast). Not against the CPU layer's
+//    bits: its order is the simple version's today, but a CPU that sums
+//    differently (or more accurately) is held to the bound below instead.
 //
 // What may differ, and by how much. The reduction order differs (the CPU
 // adds the values of a channel one after the other, the GPU 256 threads
@@ -29,7 +34,8 @@
 // bounds from the count n and FP32's unit roundoff u = 2^-24, for each side
 // against the exact value (computed in double from the same inputs) and
 // doubled for the difference of the two sides:
-//  - a sum of n terms t in any order of additions: γ(n + 8)·Σ|t|, with
+//  - a sum of n terms t in any order of additions (BatchNorm's Σdy and
+//    Σdy·x̂, LayerNorm's dweight and dbias against the CPU layer's): γ(n + 8)·Σ|t|, with
 //    γ(k) = k·u/(1 − k·u) (Higham, Accuracy and Stability of Numerical
 //    Algorithms, 2nd ed., §4.2; the GPU's path is ⌈n/256⌉ + 8 additions
 //    deep, the CPU's n − 1);
@@ -82,6 +88,7 @@ using mpt::DType;
 using mpt::Fp16Code;
 using mpt::Shape;
 using mpt::Tensor;
+using mpt::cuda::NormVersion;
 using mpt::test::DeviceArray;
 using VecF = std::vector<float>;
 using VecD = std::vector<double>;
@@ -138,6 +145,8 @@ double ulp_in(DType d, double v) {
   const int e = (v == 0 || !std::isfinite(v)) ? s.emin() : std::max(std::ilogb(v), s.emin());
   return std::ldexp(1.0, e - s.mantissa_bits);
 }
+
+const char* version_name(NormVersion v) { return v == NormVersion::simple ? "simple" : "fast"; }
 
 /// The bits of a float.
 std::uint32_t bits(float v) {
@@ -747,76 +756,125 @@ void check_layer_norm(const LnCase& k, std::mt19937_64& rng, Worst& worst) {
       a_gx[r] += std::fabs(g * xhat[e]);
     }
 
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp{base + ", poison " + std::to_string(poison), 0, nullptr};
-    DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
-    DeviceArray<P> d_w(w_codes), d_b(b_codes);
-    DeviceArray<float> d_mean_c(mean_c), d_rstd_c(rstd_c);
-    Out<X> d_y(N, poison), d_dx(N, poison);
-    Out<float> d_mean(R, poison), d_rstd(R, poison), d_dw(D, poison), d_db(D, poison);
-    mpt::cuda::layer_norm_forward(rows, cols, d_x.get(), k.affine ? d_w.get() : nullptr,
-                                  k.affine ? d_b.get() : nullptr, kEps, d_y.ptr(), d_mean.ptr(),
-                                  d_rstd.ptr());
-    // Backward on the CPU layer's statistics (the same terms on both sides).
-    mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean_c.get(), d_rstd_c.get(),
-                                   k.affine ? d_w.get() : nullptr, d_dx.ptr(), d_dw.ptr(), d_db.ptr());
-    const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
-               dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
-    const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
-               rstd_g = d_rstd.get(cmp.bad, cmp.label, "rstd");
-    const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
-
-    cmp.worst = &worst.stats;
-    for (std::size_t r = 0; r < R; ++r) {
-      const Truth& t = truth[r];
-      if (!t.finite) {
-        cmp.both_nonfinite("mean", r, mean_g[r], mean_c[r]);
-        cmp.close("rstd", r, rstd_g[r], rstd_c[r], 0);  // NaN on both sides
-        continue;
-      }
-      cmp.close("mean", r, mean_g[r], mean_c[r], 2 * t.mean_bound());
-      cmp.close("rstd", r, rstd_g[r], rstd_c[r], 2 * t.invstd_bound(kEps));
-    }
-    cmp.worst = &worst.y;
-    VecF y_host(N);
-    for (std::size_t r = 0; r < R; ++r)
+  // dweight and dbias as the kernels add them (nn_kernels.hpp): the CPU
+  // layer's FP32 terms dy·x̂ and dy, row by row within chunks of `chunk`
+  // rows, the chunks' partial sums then added in order; the simple version
+  // is one chunk of every row. And Σ|terms| for the bound against the CPU.
+  auto chunked = [&](std::int64_t chunk, VecF& dw, VecF& db) {
+    dw.assign(D, 0.0f);
+    db.assign(D, 0.0f);
+    for (std::size_t first = 0; first < R; first += static_cast<std::size_t>(chunk)) {
+      const std::size_t end = std::min(R, first + static_cast<std::size_t>(chunk));
       for (std::size_t i = 0; i < D; ++i) {
-        const std::size_t e = r * D + i;
-        y_host[e] =
-            mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[r], rstd_g[r]), wf[i], bf[i]);
+        float pw = 0.0f, pb = 0.0f;
+        for (std::size_t r = first; r < end; ++r) {
+          const std::size_t e = r * D + i;
+          pw += dyf[e] * mpt::norm_math::normalize(xf[e], mean_c[r], rstd_c[r]);
+          pb += dyf[e];
+        }
+        dw[i] += pw;
+        db[i] += pb;
+      }
+    }
+  };
+  VecF dw_simple, db_simple, dw_fast, db_fast;
+  chunked(std::max<std::int64_t>(rows, 1), dw_simple, db_simple);
+  chunked(mpt::cuda::layer_norm_dweight_chunk_rows(rows), dw_fast, db_fast);
+  VecD a_dw(D), a_db(D);
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t i = 0; i < D; ++i) {
+      const std::size_t e = r * D + i;
+      a_dw[i] += std::fabs(static_cast<double>(dyf[e]) * xhat[e]);
+      a_db[i] += std::fabs(dyf[e]);
+    }
+
+  for (NormVersion v : {NormVersion::simple, NormVersion::fast})
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp{base + ", " + version_name(v) + ", poison " + std::to_string(poison), 0, nullptr};
+      DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
+      DeviceArray<P> d_w(w_codes), d_b(b_codes);
+      DeviceArray<float> d_mean_c(mean_c), d_rstd_c(rstd_c);
+      Out<X> d_y(N, poison), d_dx(N, poison);
+      Out<float> d_mean(R, poison), d_rstd(R, poison), d_dw(D, poison), d_db(D, poison);
+      mpt::cuda::layer_norm_forward(rows, cols, d_x.get(), k.affine ? d_w.get() : nullptr,
+                                    k.affine ? d_b.get() : nullptr, kEps, d_y.ptr(), d_mean.ptr(),
+                                    d_rstd.ptr());
+      // Backward on the CPU layer's statistics (the same terms on both sides).
+      mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean_c.get(), d_rstd_c.get(),
+                                     k.affine ? d_w.get() : nullptr, d_dx.ptr(), d_dw.ptr(), d_db.ptr(), v);
+      const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
+                 dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
+      const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
+                 rstd_g = d_rstd.get(cmp.bad, cmp.label, "rstd");
+      const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
+
+      cmp.worst = &worst.stats;
+      for (std::size_t r = 0; r < R; ++r) {
         const Truth& t = truth[r];
-        cmp.close("y", e, yg[e], yc[e],
-                  t.finite ? y_tolerance(xd, xf[e], yg[e], yc[e], t, kEps, wf[i], bf[i]) : 0);
+        if (!t.finite) {
+          cmp.both_nonfinite("mean", r, mean_g[r], mean_c[r]);
+          cmp.close("rstd", r, rstd_g[r], rstd_c[r], 0);  // NaN on both sides
+          continue;
+        }
+        cmp.close("mean", r, mean_g[r], mean_c[r], 2 * t.mean_bound());
+        cmp.close("rstd", r, rstd_g[r], rstd_c[r], 2 * t.invstd_bound(kEps));
       }
-    const VecF y_host_x = round_into<X>(y_host);
-    for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
+      cmp.worst = &worst.y;
+      VecF y_host(N);
+      for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t e = r * D + i;
+          y_host[e] = mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[r], rstd_g[r]),
+                                                  wf[i], bf[i]);
+          const Truth& t = truth[r];
+          cmp.close("y", e, yg[e], yc[e],
+                    t.finite ? y_tolerance(xd, xf[e], yg[e], yc[e], t, kEps, wf[i], bf[i]) : 0);
+        }
+      const VecF y_host_x = round_into<X>(y_host);
+      for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
 
-    cmp.worst = &worst.dx;
-    const double count = static_cast<double>(cols);
-    for (std::size_t r = 0; r < R; ++r) {
-      const double a = rstd_c[r] / count;
-      const double d_sg = 2 * gamma_n(count + 8) * a_g[r], d_sgx = 2 * gamma_n(count + 8) * a_gx[r];
-      for (std::size_t i = 0; i < D; ++i) {
-        const std::size_t e = r * D + i;
-        const double g = static_cast<double>(wf[i]) * dyf[e];
-        const double terms = count * std::fabs(g) + std::fabs(s_g[r]) + std::fabs(xhat[e] * s_gx[r]);
-        const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
-                           4 * kU * std::fabs(dxc[e]) +
-                           ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
-        cmp.close("dx", e, dxg[e], dxc[e], tol);
+      cmp.worst = &worst.dx;
+      const double count = static_cast<double>(cols);
+      for (std::size_t r = 0; r < R; ++r) {
+        const double a = rstd_c[r] / count;
+        const double d_sg = 2 * gamma_n(count + 8) * a_g[r], d_sgx = 2 * gamma_n(count + 8) * a_gx[r];
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t e = r * D + i;
+          const double g = static_cast<double>(wf[i]) * dyf[e];
+          const double terms = count * std::fabs(g) + std::fabs(s_g[r]) + std::fabs(xhat[e] * s_gx[r]);
+          const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
+                             4 * kU * std::fabs(dxc[e]) +
+                             ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
+          cmp.close("dx", e, dxg[e], dxc[e], tol);
+        }
       }
-    }
-    // dweight, dbias: the rows added in the CPU's order, so its FP32 sums;
-    // the layer's grads are those rounded into P.
-    if (k.affine) {
-      const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+      // dweight, dbias: bit for bit the sums in the order the version states
+      // (computed even without affine: the kernel is asked for them), and,
+      // rounded into P as the layer's grads are, within the order-independent
+      // bound of the CPU layer's: each side is within γ(rows + 8)·Σ|terms| of
+      // the exact sum of the same terms, whatever order either adds them in
+      // (a CPU that adds them more accurately stays inside it).
+      const VecF& dw_want = v == NormVersion::simple ? dw_simple : dw_fast;
+      const VecF& db_want = v == NormVersion::simple ? db_simple : db_fast;
       for (std::size_t i = 0; i < D; ++i) {
-        cmp.same("dweight", i, dwg_p[i], dw_c[i]);
-        cmp.same("dbias", i, dbg_p[i], db_c[i]);
+        cmp.same("dweight (the version's order)", i, dwg[i], dw_want[i]);
+        cmp.same("dbias (the version's order)", i, dbg[i], db_want[i]);
       }
+      cmp.worst = &worst.grads;
+      if (k.affine) {
+        const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+        const double n = static_cast<double>(rows);
+        for (std::size_t i = 0; i < D; ++i) {
+          cmp.close(
+              "dweight", i, dwg_p[i], dw_c[i],
+              2 * gamma_n(n + 8) * a_dw[i] + ulp_in(pd, std::max(std::fabs(dwg_p[i]), std::fabs(dw_c[i]))));
+          cmp.close(
+              "dbias", i, dbg_p[i], db_c[i],
+              2 * gamma_n(n + 8) * a_db[i] + ulp_in(pd, std::max(std::fabs(dbg_p[i]), std::fabs(db_c[i]))));
+        }
+      }
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
     }
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
-  }
 }
 
 /// f(X{}, P{}) for every pair of storage types.
@@ -928,9 +986,20 @@ TEST_CASE("layer_norm: every dtype pair and row length against mpt::LayerNorm, r
   std::mt19937_64 rng(mpt::test::test_seed() + 4);
   Worst worst;
   const LnCase cases[] = {
-      {{3, 1}, {1}},      {{4, 2}, {2}},       {{7, 5}, {5}},       {{5, 32}, {32}},
-      {{9, 33}, {33}},    {{17, 768}, {768}},  {{3, 1000}, {1000}}, {{2, 4100}, {4100}},
-      {{2, 3, 20}, {20}}, {{5, 3, 4}, {3, 4}}, {{70, 64}, {64}},
+      {{3, 1}, {1}},
+      {{4, 2}, {2}},
+      {{7, 5}, {5}},
+      {{5, 32}, {32}},
+      {{9, 33}, {33}},
+      {{17, 768}, {768}},
+      {{3, 1000}, {1000}},
+      {{2, 4100}, {4100}},
+      {{2, 3, 20}, {20}},
+      {{5, 3, 4}, {3, 4}},
+      {{70, 64}, {64}},
+      // several chunks of 64 rows for the fast dweight (the last one short)
+      {{129, 33}, {33}},
+      {{4, 75, 40}, {40}},
   };
   for (const LnCase& c : cases)
     for_every_pair([&](auto x, auto p) { check_layer_norm<decltype(x), decltype(p)>(c, rng, worst); });
@@ -945,7 +1014,7 @@ TEST_CASE("layer_norm: mean 1000, constant rows, |x| >= 256, ±max and subnormal
   Worst worst;
   for (Inputs kind :
        {Inputs::mean_1000, Inputs::constant, Inputs::large, Inputs::extremes, Inputs::nonfinite})
-    for (const Shape& s : {Shape{4, 7}, Shape{9, 300}, Shape{5, 2048}})
+    for (const Shape& s : {Shape{4, 7}, Shape{9, 300}, Shape{5, 2048}, Shape{130, 20}})
       for_common_pairs([&](auto x, auto p) {
         check_layer_norm<decltype(x), decltype(p)>({s, {s[1]}, kind, true}, rng, worst);
       });
@@ -971,7 +1040,9 @@ TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") 
 
 TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, with the same bits") {
   std::mt19937_64 rng(mpt::test::test_seed() + 7);
-  const std::int64_t rows = 12, cols = 40;  // BatchNorm [4, 3, 40]; LayerNorm [12, 40]
+  // BatchNorm [44, 3, 40]; LayerNorm [132, 40]: three chunks of rows for the
+  // fast dweight, whose partial sums of dbias alone sit where dweight's would.
+  const std::int64_t rows = 132, cols = 40;
   const auto n = static_cast<std::size_t>(rows * cols);
   const VecF xv = normal_values(n, 0.5f, 1.5f, rng), dyv = normal_values(n, 0.0f, 1.0f, rng);
   std::vector<Fp16Code> xc(n), dyc(n);
@@ -987,7 +1058,7 @@ TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, wit
     std::vector<Fp16Code> dx;
     VecF dw, db;
   };
-  auto run = [&](bool layer, bool dx, bool sums) {
+  auto run = [&](bool layer, bool dx, bool dw, bool db) {
     const auto na = static_cast<std::size_t>(layer ? cols : 3);
     DeviceArray<Fp16Code> o_dx(n);
     DeviceArray<float> o_dw(na), o_db(na);
@@ -996,23 +1067,27 @@ TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, wit
     o_db.poison();
     if (layer)
       mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
-                                     dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
-                                     sums ? o_db.get() : none);
+                                     dx ? o_dx.get() : no_dx, dw ? o_dw.get() : none, db ? o_db.get() : none);
     else
-      mpt::cuda::batch_norm_backward(4, 3, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
-                                     true, dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
-                                     sums ? o_db.get() : none);
+      mpt::cuda::batch_norm_backward(44, 3, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
+                                     true, dx ? o_dx.get() : no_dx, dw ? o_dw.get() : none,
+                                     db ? o_db.get() : none);
     return Outputs{o_dx.download(), o_dw.download(), o_db.download()};
   };
   for (bool layer : {false, true}) {
     CAPTURE(layer);
-    const Outputs all = run(layer, true, true), dx_only = run(layer, true, false),
-                  sums_only = run(layer, false, true);
+    const Outputs all = run(layer, true, true, true), dx_only = run(layer, true, false, false),
+                  sums_only = run(layer, false, true, true), dw_only = run(layer, false, true, false),
+                  db_only = run(layer, false, false, true);
     CHECK(mpt::test::code_bits(dx_only.dx) == mpt::test::code_bits(all.dx));
     for (std::size_t i = 0; i < all.dw.size(); ++i) {
       CHECK(bits(sums_only.dw[i]) == bits(all.dw[i]));
       CHECK(bits(sums_only.db[i]) == bits(all.db[i]));
+      CHECK(bits(dw_only.dw[i]) == bits(all.dw[i]));
+      CHECK(bits(db_only.db[i]) == bits(all.db[i]));
       CHECK(bits(dx_only.dw[i]) == 0xffffffffu);  // not asked for: still the poison
+      CHECK(bits(dw_only.db[i]) == 0xffffffffu);
+      CHECK(bits(db_only.dw[i]) == 0xffffffffu);
     }
     CHECK(mpt::test::code_bits(sums_only.dx[0]) == 0xffffu);
   }
