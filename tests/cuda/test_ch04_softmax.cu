@@ -1,15 +1,19 @@
 // Chapter 04 — the fused softmax cross-entropy and the masked softmax
 // kernels (kernels/nn/softmax.cu) against FP64 references written out here.
 // Depends on: mpt::kernels (kernels/nn/nn_kernels.hpp), mpt/formats
-// (round_element.hpp: fp16 decoding and rounding on the host),
-// gpu_test_support.hpp. Without a usable GPU it exits 77 (CTest: Skipped).
+// (round_element.hpp: fp16 decoding and rounding on the host), mpt's CPU
+// attention (mpt/nn/attention.hpp, with Tensor, Context and Policy: what the
+// masked softmax is compared with), gpu_test_support.hpp. Without a usable
+// GPU it exits 77 (CTest: Skipped).
 //
 // Every case runs once per poison of kPoisonBytes (outputs and seven guard
 // elements behind each are poisoned first, so a skipped write or one past
 // the end fails), with both cross-entropy versions, on random and
-// adversarial logits: ±60000, all equal, one huge, K not a multiple of a
-// block's share (and K % 8 != 0, where version 2 runs version 1), −inf
-// logits, a NaN in one row (that row's loss and gradient NaN, no other row
+// adversarial logits: ±60000, all equal, one huge, large logits near ties
+// (30000), K not a multiple of a block's share (and K % 8 != 0, where
+// version 2 runs version 1), logits or gradient one code off a 16-byte
+// boundary with K % 8 == 0 (version 2's fallback), −inf logits, a +inf or
+// a NaN in one row (that row's loss and gradient NaN, no other row
 // affected), invalid and ignored targets; every option (ignore_index,
 // label smoothing 0, 0.1 and 1, each reduction, loss scales up to 2^18 where
 // the fp16 gradient overflows to ±inf).
@@ -326,28 +330,54 @@ const char* reduction_name(Reduction r) {
   return r == Reduction::none ? "none" : r == Reduction::mean ? "mean" : "sum";
 }
 
+/// Where check_ce puts its arrays: aligned as cudaMalloc returns them, or
+/// the logits or the gradient one code (2 bytes) past a 16-byte boundary,
+/// where version 2 cannot load or store 16 bytes at a time and the call runs
+/// version 1 (nn_kernels.hpp).
+enum class Placement { aligned, logits_misaligned, grad_misaligned };
+
 /// Run one case on the GPU with version v, every poison, and compare with
 /// the reference: row losses, the reduced loss, the gradient (or, with
 /// with_grad false, that nothing is written there).
-void check_ce(const CeCase& k, SoftmaxCeVersion v, Worst& worst, bool with_grad = true) {
+void check_ce(const CeCase& k, SoftmaxCeVersion v, Worst& worst, bool with_grad = true,
+              Placement place = Placement::aligned) {
   const auto rows = static_cast<std::size_t>(k.rows), n = rows * static_cast<std::size_t>(k.classes);
   const std::vector<Fp16Code> codes = codes_of(k.logits);
-  const CeRef ref = reference(k, codes, v);
-  DeviceArray<Fp16Code> d_logits(codes);
+  // The version that runs: a misaligned array sends version 2 to version 1
+  // (a gradient not asked for is no array).
+  const bool fallback =
+      place == Placement::logits_misaligned || (place == Placement::grad_misaligned && with_grad);
+  const SoftmaxCeVersion runs = fallback ? SoftmaxCeVersion::block_per_row : v;
+  const CeRef ref = reference(k, codes, runs);
+  const std::size_t in_offset = place == Placement::logits_misaligned ? 1 : 0;
+  const std::size_t out_offset = place == Placement::grad_misaligned ? 1 : 0;
+  std::vector<Fp16Code> placed(codes);
+  if (in_offset == 1) placed.insert(placed.begin(), Fp16Code{0x7E00});  // a NaN in front: never read
+  DeviceArray<Fp16Code> d_logits(placed);
   DeviceArray<std::int32_t> d_targets(k.targets);
   for (unsigned char poison : mpt::test::kPoisonBytes) {
     Compare cmp;
     cmp.label = k.name + " (" + ce_version_name(v) + ", reduction " + reduction_name(k.options.reduction) +
                 ", eps " + std::to_string(k.options.label_smoothing) + ", ignore_index " +
                 std::to_string(k.options.ignore_index) + ", dloss " + std::to_string(k.dloss) +
-                (with_grad ? "" : ", no gradient") + ", poison " + std::to_string(poison) + ")";
+                (with_grad ? "" : ", no gradient") +
+                (place == Placement::logits_misaligned ? ", logits misaligned"
+                 : place == Placement::grad_misaligned ? ", gradient misaligned"
+                                                       : "") +
+                ", poison " + std::to_string(poison) + ")";
     Out<float> losses(rows, poison), total(1, poison);
-    Out<Fp16Code> grad(n, poison);
-    mpt::cuda::softmax_cross_entropy(k.rows, k.classes, d_logits.get(), d_targets.get(), k.dloss, k.options,
-                                     losses.ptr(), total.ptr(), with_grad ? grad.ptr() : nullptr, v);
+    Out<Fp16Code> grad(n + out_offset, poison);
+    mpt::cuda::softmax_cross_entropy(k.rows, k.classes, d_logits.get() + in_offset, d_targets.get(), k.dloss,
+                                     k.options, losses.ptr(), total.ptr(),
+                                     with_grad ? grad.ptr() + out_offset : nullptr, v);
     const std::vector<float> got_losses = losses.get(cmp, "losses");
     const std::vector<float> got_total = total.get(cmp, "loss");
-    const std::vector<Fp16Code> got_grad = grad.get(cmp, "dlogits");
+    std::vector<Fp16Code> got_grad = grad.get(cmp, "dlogits");
+    if (out_offset == 1) {  // the code in front of the gradient must not be written
+      cmp.bits("dlogits[-1] (in front of the gradient)", 0, got_grad[0].bits,
+               mpt::test::poison_value<std::uint16_t>(poison));
+      got_grad.erase(got_grad.begin());
+    }
     const auto K = static_cast<std::size_t>(k.classes);
     cmp.worst = &worst.loss;
     for (std::size_t i = 0; i < rows; ++i) {
@@ -597,6 +627,21 @@ TEST_CASE("softmax_cross_entropy: adversarial logits") {
     check_all_options(k, worst);
   }
   {
+    // A +inf logit in row 4 (an fp16 overflow upstream): exp(inf − inf)
+    // makes that row's sum, loss and every gradient element NaN, as PyTorch's
+    // log_softmax and the CPU's row functions give; a −inf beside it in row
+    // 6 changes nothing there. Every other row as without them.
+    CeCase k = random_case("+inf in row 4", rows, K, 2.0f, rng);
+    k.targets[4] = 3;
+    k.targets[6] = 3;
+    k.logits[static_cast<std::size_t>(4 * K + 700)] = std::numeric_limits<float>::infinity();
+    k.logits[static_cast<std::size_t>(6 * K + 700)] = -std::numeric_limits<float>::infinity();
+    check_all_options(k, worst);
+    // The +inf is the target itself: still NaN (inf − inf).
+    k.logits[static_cast<std::size_t>(4 * K + 3)] = std::numeric_limits<float>::infinity();
+    check_all_options(k, worst);
+  }
+  {
     // A NaN in row 2: that row's loss and every gradient element NaN (and
     // the mean and sum); every other row as without it.
     CeCase k = random_case("NaN in row 2", rows, K, 2.0f, rng);
@@ -637,6 +682,15 @@ TEST_CASE("softmax_cross_entropy: ignore_index, invalid targets, loss scales, fo
     s.dloss = 1.0f;
     s.options.reduction = Reduction::mean;
     check_ce(s, v, worst, false);
+    // K % 8 == 0 but the logits or the gradient one code off a 16-byte
+    // boundary: version 2 cannot run, the call falls back to version 1, whose
+    // results these must be (and nothing is written in front of the gradient).
+    CeCase m = random_case("misaligned", 7, 8 * 45, 3.0f, rng);
+    m.options.label_smoothing = 0.1f;
+    for (Placement place : {Placement::logits_misaligned, Placement::grad_misaligned}) {
+      check_ce(m, v, worst, true, place);
+      check_ce(m, v, worst, false, place);
+    }
     // Every row ignored: the mean is 0/0 = NaN, the gradient all zeros.
     CeCase all = random_case("every row ignored", 4, 24, 1.0f, rng);
     std::fill(all.targets.begin(), all.targets.end(), all.options.ignore_index);
@@ -669,7 +723,7 @@ TEST_CASE("softmax_cross_entropy: the runs are deterministic, and a long row (K 
 
 // --- masked softmax --------------------------------------------------------------------------------
 
-TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±60000") {
+TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±inf, ±60000") {
   std::mt19937_64 rng(mpt::test::test_seed() + 5);
   Worst worst;
   for (std::int64_t L : {1, 5, 32, 77, 300}) {
@@ -702,6 +756,15 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
                   false};
     k.mask[static_cast<std::size_t>(2 * L + 4)] = 1;
     k.scores[static_cast<std::size_t>(2 * L + 4)] = std::numeric_limits<float>::quiet_NaN();
+    // A kept +inf in row 4: NaN everywhere in it too (exp(inf − inf)); a
+    // masked +inf in row 1 and a kept −inf in row 5 change nothing.
+    const float inf = std::numeric_limits<float>::infinity();
+    k.mask[static_cast<std::size_t>(4 * L + 9)] = 1;
+    k.scores[static_cast<std::size_t>(4 * L + 9)] = inf;
+    k.mask[static_cast<std::size_t>(1 * L + 3)] = 0;
+    k.scores[static_cast<std::size_t>(1 * L + 3)] = inf;
+    k.mask[static_cast<std::size_t>(5 * L + 7)] = 1;
+    k.scores[static_cast<std::size_t>(5 * L + 7)] = -inf;
     check_masked_softmax(k, worst);
   }
   {
