@@ -103,10 +103,20 @@ void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const f
 /// The norm kernels, simplest first (the GPU test runs both; the same
 /// results up to the order of the reductions, each deterministic).
 enum class NormVersion : int {
-  simple =
-      1,  ///< one block per BatchNorm channel; one warp per LayerNorm row, one thread per column for dγ, dβ
-  fast =
-      2,  ///< LayerNorm's dγ, dβ: the rows split in chunks over the grid, partial sums added in chunk order
+  /// one block per BatchNorm channel; one warp per LayerNorm row, one thread
+  /// per LayerNorm column for dγ, dβ; one element per load, decoded and
+  /// rounded by the library's functions (round_element.hpp)
+  simple = 1,
+  /// BatchNorm: a channel split over many blocks (partial Welford states or
+  /// sums in scratch memory, merged in a fixed order by a second kernel),
+  /// the [N, C] layout read 32 channels of a row at a time, y and dx written
+  /// element-wise; LayerNorm: 16-byte loads and stores (where the row length
+  /// and the arrays' alignment allow; otherwise the simple kernel runs), dγ,
+  /// dβ over row chunks; both with the GPU's fp16/bf16 conversions, which
+  /// give the library's bits for every non-NaN value (a NaN is stored as
+  /// 0x7FFF: a NaN, not the library's payload). Scratch memory comes from
+  /// CUDA's stream-ordered pool (cudaMallocAsync) for the call.
+  fast = 2,
 };
 
 /// How many rows NormVersion::fast's LayerNorm dγ, dβ kernel adds, in
@@ -132,18 +142,19 @@ namespace detail {
 template <class X, class P>
 void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                               const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
-                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd);
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd,
+                              NormVersion v);
 template <class X, class P>
 void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                              const P* d_weight, const P* d_bias, const P* d_running_mean,
-                             const P* d_running_var, float eps, X* d_y);
+                             const P* d_running_var, float eps, X* d_y, NormVersion v);
 template <class X, class P>
 void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                          const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
-                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias);
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias, NormVersion v);
 template <class X, class P>
 void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
-                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd);
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd, NormVersion v);
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
@@ -168,16 +179,17 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
 /// A non-finite input makes its channel's statistics, outputs and running
 /// estimates non-finite, as on the CPU. Requires M >= 2 (PyTorch: "Expected
 /// more than 1 value per channel when training"), momentum in [0, 1], eps
-/// finite and >= 0, d_x, d_y, d_mean, d_invstd non-null. One block per
-/// channel. Queued.
+/// finite and >= 0, d_x, d_y, d_mean, d_invstd non-null. Simple: one block
+/// per channel; fast: see NormVersion. Queued.
 template <class X, class P>
 void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                               const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
-                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd) {
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd,
+                              NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_forward_train: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_forward_train(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
-                                   d_running_var, momentum, eps, d_y, d_mean, d_invstd);
+                                   d_running_var, momentum, eps, d_y, d_mean, d_invstd, v);
 }
 
 /// BatchNorm forward in eval mode: y = x̂·γ + β with the running estimates,
@@ -188,11 +200,11 @@ void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::in
 template <class X, class P>
 void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                              const P* d_weight, const P* d_bias, const P* d_running_mean,
-                             const P* d_running_var, float eps, X* d_y) {
+                             const P* d_running_var, float eps, X* d_y, NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_forward_eval: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_forward_eval(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
-                                  d_running_var, eps, d_y);
+                                  d_running_var, eps, d_y, v);
 }
 
 /// BatchNorm backward (mpt::BatchNorm::backward): from x and dy (X codes,
@@ -206,28 +218,34 @@ void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int
 ///   dx = g·invstd                                 (fixed statistics, eval)
 /// with Σg = γ·Σdy and Σg·x̂ = γ·Σdy·x̂ (γ is one number per channel), dx
 /// rounded once into X. weight nullptr means γ = 1; d_dx, d_dweight and
-/// d_dbias may each be nullptr (not computed). One block per channel. Queued.
+/// d_dbias may each be nullptr (not computed). Simple: one block per
+/// channel; fast: see NormVersion (dx from the very sums written to
+/// d_dweight and d_dbias). Queued.
 template <class X, class P>
 void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                          const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
-                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias) {
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias,
+                         NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_backward: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_backward(outer, channels, inner, d_x, d_dy, d_mean, d_invstd, d_weight, batch_statistics,
-                              d_dx, d_dweight, d_dbias);
+                              d_dx, d_dweight, d_dbias, v);
 }
 
 /// LayerNorm forward (mpt::LayerNorm::forward): every row of x (X codes
 /// [rows, cols]) normalized with its own FP32 Welford mean and biased
 /// variance; d_mean[r] and d_rstd[r] = 1/√(var + eps) (f32 [rows]);
 /// y = x̂·γ[i] + β[i] rounded once into X (weight, bias: P codes [cols], or
-/// nullptr for γ = 1, β = 0). One warp per row. Queued.
+/// nullptr for γ = 1, β = 0). One warp per row; fast: 16-byte accesses
+/// where cols is a multiple of 8 codes (4 floats) and the arrays are
+/// aligned, the simple kernel otherwise. Queued.
 template <class X, class P>
 void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
-                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd) {
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd,
+                        NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "layer_norm_forward: X and P must be float, Fp16Code or Bf16Code");
-  detail::layer_norm_forward(rows, cols, d_x, d_weight, d_bias, eps, d_y, d_mean, d_rstd);
+  detail::layer_norm_forward(rows, cols, d_x, d_weight, d_bias, eps, d_y, d_mean, d_rstd, v);
 }
 
 /// LayerNorm backward (mpt::LayerNorm::backward), all sums in FP32:
@@ -325,6 +343,12 @@ void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Co
                            float* d_losses, float* d_loss, Fp16Code* d_dlogits,
                            SoftmaxCeVersion v = SoftmaxCeVersion::vectorized);
 
+/// The masked softmax kernels, simplest first.
+enum class MaskedSoftmaxVersion : int {
+  warp_per_row = 1,  ///< one warp per row, one fp16 code (and one mask byte) per load, software conversions
+  vectorized = 2,    ///< one warp per row, 16-byte loads and stores (8 codes), hardware conversions
+};
+
 /// Softmax of attention rows with a mask: scores fp16 [rows, cols], output
 /// fp16 probabilities [rows, cols], FP32 in between. Column c of row r takes
 /// part when d_mask[r·cols + c] is true (d_mask bool [rows, cols]; nullptr:
@@ -340,10 +364,15 @@ void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Co
 ///    softmax would give NaN there, which then poisons the whole backward);
 ///  - a row whose kept scores hold a NaN or a +inf outputs NaN at every
 ///    column, masked ones included (exp(inf − inf) makes the row's sum NaN);
-///  - a masked column is never read: a NaN or inf stored there changes nothing.
-/// One warp per row. Queued.
+///  - a masked column's score is never used: a NaN or inf stored there
+///    changes nothing.
+/// One warp per row. Version 2 needs cols % 8 == 0, 16-byte aligned scores
+/// and probs and an 8-byte aligned mask; otherwise the call runs version 1.
+/// Both give the same values up to the order of the row's (max, sum) merge;
+/// version 2 stores a NaN probability as 0x7FFF (version 1: 0x7E00). Queued.
 void masked_softmax(std::int64_t rows, std::int64_t cols, const Fp16Code* d_scores, const bool* d_mask,
-                    bool causal, Fp16Code* d_probs);
+                    bool causal, Fp16Code* d_probs,
+                    MaskedSoftmaxVersion v = MaskedSoftmaxVersion::vectorized);
 
 // --- Tensor-core GEMM, fp16 or bf16 inputs (kernels/nn/gemm_tc.cu, Chapter 6) ------------
 //

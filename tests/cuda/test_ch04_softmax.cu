@@ -75,6 +75,7 @@ namespace {
 
 using mpt::Fp16Code;
 using mpt::cuda::CrossEntropyOptions;
+using mpt::cuda::MaskedSoftmaxVersion;
 using mpt::cuda::Reduction;
 using mpt::cuda::SoftmaxCeVersion;
 using mpt::test::DeviceArray;
@@ -524,28 +525,63 @@ void check_prob(Compare& cmp, const MaskedRef& ref, std::size_t e, Fp16Code got)
   else cmp.close16("probs", e, got, ref.want[e], ref.e32[e]);
 }
 
-void check_masked_softmax(const SoftmaxCase& k, Worst& worst) {
+/// The depth of a masked softmax version's (max, sum) for rows of L: a
+/// lane's columns (version 2: whole vectors of 8, where L % 8 == 0) and the
+/// warp's merge levels.
+double masked_depth(std::size_t L, MaskedSoftmaxVersion v) {
+  const bool vec = v == MaskedSoftmaxVersion::vectorized && L % 8 == 0;
+  return (vec ? 8.0 * static_cast<double>((L / 8 + 31) / 32) : static_cast<double>((L + 31) / 32)) + 5;
+}
+
+/// Where check_masked_softmax puts its arrays: aligned, or the scores, the
+/// probabilities or the mask one element off (2, 2 and 1 bytes), where
+/// version 2 cannot run and the call falls back to version 1.
+enum class MaskPlacement { aligned, scores_off, probs_off, mask_off };
+
+/// Run one case with both versions (or, placed off, version 2's call, which
+/// runs version 1), every poison, against the FP64 reference.
+void check_masked_softmax(const SoftmaxCase& k, Worst& worst, MaskPlacement place = MaskPlacement::aligned) {
   const auto rows = static_cast<std::size_t>(k.rows), L = static_cast<std::size_t>(k.cols), n = rows * L;
   const std::vector<Fp16Code> codes = codes_of(k.scores);
   auto keep = [&](std::size_t r, std::size_t c) {
     return (k.mask.empty() || k.mask[r * L + c] != 0) && (!k.causal || c <= r % L);
   };
-  const MaskedRef ref = masked_reference(codes, rows, L, keep, static_cast<double>((L + 31) / 32) + 5);
+  const std::size_t s_at = place == MaskPlacement::scores_off ? 1 : 0;
+  const std::size_t p_at = place == MaskPlacement::probs_off ? 1 : 0;
+  const std::size_t m_at = place == MaskPlacement::mask_off ? 1 : 0;
+  std::vector<Fp16Code> placed(codes);
+  placed.insert(placed.begin(), s_at, Fp16Code{0x7E00});  // a NaN in front: never read
   std::vector<unsigned char> mask_bytes(k.mask);
-  DeviceArray<Fp16Code> d_scores(codes);
+  mask_bytes.insert(mask_bytes.begin(), m_at, 1);
+  DeviceArray<Fp16Code> d_scores(placed);
   DeviceArray<unsigned char> d_mask(mask_bytes.empty() ? std::vector<unsigned char>(1, 0) : mask_bytes);
-  const bool* mask = k.mask.empty() ? nullptr : reinterpret_cast<const bool*>(d_mask.get());
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp;
-    cmp.label = k.name + " (" + std::to_string(k.rows) + " x " + std::to_string(k.cols) +
-                (k.mask.empty() ? "" : ", mask") + (k.causal ? ", causal" : "") + ", poison " +
-                std::to_string(poison) + ")";
-    cmp.worst = &worst.probs;
-    Out<Fp16Code> probs(n, poison);
-    mpt::cuda::masked_softmax(k.rows, k.cols, d_scores.get(), mask, k.causal, probs.ptr());
-    const std::vector<Fp16Code> got = probs.get(cmp, "probs");
-    for (std::size_t e = 0; e < n; ++e) check_prob(cmp, ref, e, got[e]);
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+  const bool* mask = k.mask.empty() ? nullptr : reinterpret_cast<const bool*>(d_mask.get() + m_at);
+  const bool off = place != MaskPlacement::aligned && !(place == MaskPlacement::mask_off && k.mask.empty());
+  for (MaskedSoftmaxVersion v : {MaskedSoftmaxVersion::warp_per_row, MaskedSoftmaxVersion::vectorized}) {
+    if (off && v == MaskedSoftmaxVersion::warp_per_row) continue;  // only version 2 has a fallback to check
+    const MaskedSoftmaxVersion runs = off ? MaskedSoftmaxVersion::warp_per_row : v;
+    const MaskedRef ref = masked_reference(codes, rows, L, keep, masked_depth(L, runs));
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp;
+      cmp.label = k.name + " (" + std::to_string(k.rows) + " x " + std::to_string(k.cols) +
+                  (k.mask.empty() ? "" : ", mask") + (k.causal ? ", causal" : "") +
+                  (v == MaskedSoftmaxVersion::warp_per_row ? ", v1" : ", v2") +
+                  (place == MaskPlacement::scores_off  ? ", scores off 16 bytes"
+                   : place == MaskPlacement::probs_off ? ", probs off 16 bytes"
+                   : place == MaskPlacement::mask_off  ? ", mask off 8 bytes"
+                                                       : "") +
+                  ", poison " + std::to_string(poison) + ")";
+      cmp.worst = &worst.probs;
+      Out<Fp16Code> probs(n + p_at, poison);
+      mpt::cuda::masked_softmax(k.rows, k.cols, d_scores.get() + s_at, mask, k.causal, probs.ptr() + p_at, v);
+      std::vector<Fp16Code> got = probs.get(cmp, "probs");
+      if (p_at == 1) {  // nothing written in front of the probabilities
+        cmp.bits("probs[-1]", 0, got[0].bits, mpt::test::poison_value<std::uint16_t>(poison));
+        got.erase(got.begin());
+      }
+      for (std::size_t e = 0; e < n; ++e) check_prob(cmp, ref, e, got[e]);
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+    }
   }
 }
 
@@ -726,7 +762,9 @@ TEST_CASE("softmax_cross_entropy: the runs are deterministic, and a long row (K 
 TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±inf, ±60000") {
   std::mt19937_64 rng(mpt::test::test_seed() + 5);
   Worst worst;
-  for (std::int64_t L : {1, 5, 32, 77, 300}) {
+  // L % 8 == 0 (32, 40, 96, and 3000 below) runs version 2; the others
+  // send it to version 1.
+  for (std::int64_t L : {1, 5, 32, 40, 77, 96, 300}) {
     const auto n = static_cast<std::size_t>(2 * L * L);
     SoftmaxCase k{"random L=" + std::to_string(L), 2 * L, L, normal_values(n, 0.0f, 3.0f, rng), {}, false};
     check_masked_softmax(k, worst);
@@ -775,6 +813,23 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±inf
     check_masked_softmax(k, worst);
     k.mask = random_mask(static_cast<std::size_t>(R * L), 0.5, rng);
     check_masked_softmax(k, worst);
+  }
+  {
+    // L % 8 == 0 but the scores, the probabilities or the mask one element
+    // off their boundary: version 2 falls back to version 1 (a 16-byte access
+    // there would fault), and writes nothing in front of the probabilities.
+    const std::int64_t L = 64, R = 2 * L;
+    SoftmaxCase k{"misaligned",
+                  R,
+                  L,
+                  normal_values(static_cast<std::size_t>(R * L), 0.0f, 3.0f, rng),
+                  random_mask(static_cast<std::size_t>(R * L), 0.7, rng),
+                  false};
+    for (MaskPlacement place : {MaskPlacement::scores_off, MaskPlacement::probs_off, MaskPlacement::mask_off})
+      check_masked_softmax(k, worst, place);
+    k.mask.clear();
+    k.causal = true;
+    check_masked_softmax(k, worst, MaskPlacement::probs_off);
   }
   worst.print("masked softmax");
 }
@@ -853,37 +908,39 @@ TEST_CASE("masked_softmax against the CPU attention: +inf and NaN kept scores, f
     auto keep = [&](std::size_t r, std::size_t c) {
       return variant == 1 ? c <= r : keep_bytes[r * Lz + c] != 0;
     };
-    const MaskedRef gpu_ref = masked_reference(scores, Lz, Lz, keep, static_cast<double>((Lz + 31) / 32) + 5);
     const MaskedRef cpu_ref = masked_reference(scores, Lz, Lz, keep, static_cast<double>(Lz) + 5);
-    REQUIRE(gpu_ref.row[3] == MaskedRef::Row::nan);
-    REQUIRE(gpu_ref.row[5] == MaskedRef::Row::nan);
     DeviceArray<Fp16Code> d_scores(scores);
     DeviceArray<unsigned char> d_mask(keep_bytes);
     const bool* d_keep = variant == 1 ? nullptr : reinterpret_cast<const bool*>(d_mask.get());
-    for (unsigned char poison : mpt::test::kPoisonBytes) {
-      Compare cmp;
-      cmp.label = std::string("against the CPU attention, ") +
-                  (variant == 0   ? "boolean mask"
-                   : variant == 1 ? "causal"
-                                  : "additive mask") +
-                  ", poison " + std::to_string(poison);
-      cmp.worst = &worst.probs;
-      Out<Fp16Code> probs(n, poison);
-      mpt::cuda::masked_softmax(L, L, d_scores.get(), d_keep, variant == 1, probs.ptr());
-      const std::vector<Fp16Code> got = probs.get(cmp, "probs");
-      for (std::size_t e = 0; e < n; ++e) {
-        check_prob(cmp, gpu_ref, e, got[e]);        // the kernel within its bound
-        check_prob(cmp, cpu_ref, e, cpu_probs[e]);  // the CPU attention within its own
-        const std::size_t r = e / Lz;
-        if (gpu_ref.row[r] == MaskedRef::Row::nan) {
-          if (!(std::isnan(value_of(got[e])) && std::isnan(value_of(cpu_probs[e]))))
-            cmp.fail("probs (NaN row: NaN on both sides)", e, value_of(got[e]), value_of(cpu_probs[e]), 0);
-        } else if (gpu_ref.want[e] == 0 && gpu_ref.e32[e] == 0) {
-          cmp.bits("probs (exact zero on both sides)", e, got[e].bits, cpu_probs[e].bits);
+    for (MaskedSoftmaxVersion v : {MaskedSoftmaxVersion::warp_per_row, MaskedSoftmaxVersion::vectorized})
+      for (unsigned char poison : mpt::test::kPoisonBytes) {
+        const MaskedRef gpu_ref = masked_reference(scores, Lz, Lz, keep, masked_depth(Lz, v));
+        REQUIRE(gpu_ref.row[3] == MaskedRef::Row::nan);
+        REQUIRE(gpu_ref.row[5] == MaskedRef::Row::nan);
+        Compare cmp;
+        cmp.label = std::string("against the CPU attention, ") +
+                    (variant == 0   ? "boolean mask"
+                     : variant == 1 ? "causal"
+                                    : "additive mask") +
+                    (v == MaskedSoftmaxVersion::warp_per_row ? ", v1" : ", v2") + ", poison " +
+                    std::to_string(poison);
+        cmp.worst = &worst.probs;
+        Out<Fp16Code> probs(n, poison);
+        mpt::cuda::masked_softmax(L, L, d_scores.get(), d_keep, variant == 1, probs.ptr(), v);
+        const std::vector<Fp16Code> got = probs.get(cmp, "probs");
+        for (std::size_t e = 0; e < n; ++e) {
+          check_prob(cmp, gpu_ref, e, got[e]);        // the kernel within its bound
+          check_prob(cmp, cpu_ref, e, cpu_probs[e]);  // the CPU attention within its own
+          const std::size_t r = e / Lz;
+          if (gpu_ref.row[r] == MaskedRef::Row::nan) {
+            if (!(std::isnan(value_of(got[e])) && std::isnan(value_of(cpu_probs[e]))))
+              cmp.fail("probs (NaN row: NaN on both sides)", e, value_of(got[e]), value_of(cpu_probs[e]), 0);
+          } else if (gpu_ref.want[e] == 0 && gpu_ref.e32[e] == 0) {
+            cmp.bits("probs (exact zero on both sides)", e, got[e].bits, cpu_probs[e].bits);
+          }
         }
+        CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
       }
-      CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
-    }
   }
   worst.print("against the CPU attention");
 }
