@@ -1037,8 +1037,9 @@ TEST_CASE("layer_norm: mean 1000, constant rows, |x| >= 256, ±max and subnormal
 
 TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") {
   // tools/gpu_report.sh runs this case under memcheck and racecheck: every
-  // kernel once, on shapes that leave threads and warps idle and carry the
-  // channel walk across rows, in f16 with f32 parameters and in bf16.
+  // kernel of both versions once, on shapes that leave threads and warps
+  // idle and carry the channel walk across rows, in f16 with f32 parameters
+  // and in bf16.
   std::mt19937_64 rng(mpt::test::test_seed() + 6);
   Worst worst;
   BnCase k;
@@ -1049,6 +1050,9 @@ TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") 
   check_batch_norm_eval<Fp16Code, float>({2, 3, 5}, Inputs::normal, true, rng, worst);
   check_layer_norm<Fp16Code, float>({{9, 33}, {33}, Inputs::normal, true}, rng, worst);
   check_layer_norm<Bf16Code, Bf16Code>({{3, 300}, {300}, Inputs::normal, true}, rng, worst);
+  // Rows of whole 16-byte vectors (the fast LayerNorm's), and more than one
+  // chunk of rows for the fast dγ, dβ.
+  check_layer_norm<Fp16Code, float>({{70, 40}, {40}, Inputs::normal, true}, rng, worst);
   worst.print("small cases");
 }
 

@@ -949,7 +949,7 @@ TEST_CASE("softmax kernels: a small case of every kernel (for compute-sanitizer)
   // tools/gpu_report.sh runs this case under memcheck and racecheck: both
   // cross-entropy versions with each reduction (the count and reduction
   // kernels too) on rows that leave threads idle, and the masked softmax
-  // with a mask and causal.
+  // with a mask and causal, in both versions.
   std::mt19937_64 rng(mpt::test::test_seed() + 6);
   Worst worst;
   CeCase k = random_case("small", 5, 8 * 77, 2.0f, rng);
@@ -966,6 +966,11 @@ TEST_CASE("softmax kernels: a small case of every kernel (for compute-sanitizer)
                 normal_values(static_cast<std::size_t>(2 * L * L), 0.0f, 2.0f, rng),
                 random_mask(static_cast<std::size_t>(2 * L * L), 0.6, rng),
                 true};
+  check_masked_softmax(s, worst);
+  s.rows = 40;  // rows of 8-code vectors: the vectorized version runs
+  s.cols = 40;
+  s.scores.resize(40 * 40);
+  s.mask.resize(40 * 40);
   check_masked_softmax(s, worst);
   worst.print("small cases");
 }
