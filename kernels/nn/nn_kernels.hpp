@@ -110,8 +110,10 @@ enum class NormVersion : int {
   /// BatchNorm: a channel split over many blocks (partial Welford states or
   /// sums in scratch memory, merged in a fixed order by a second kernel),
   /// the [N, C] layout read 32 channels of a row at a time, y and dx written
-  /// element-wise; LayerNorm: 16-byte loads and stores (where the row length
-  /// and the arrays' alignment allow; otherwise the simple kernel runs), dγ,
+  /// element-wise with 16-byte accesses (x, y, dy, dx 16-byte aligned;
+  /// otherwise the call runs the simple version); LayerNorm: 16-byte loads
+  /// and stores (where the row length and the arrays' alignment allow;
+  /// otherwise the simple kernel runs), dγ,
   /// dβ over row chunks; both with the GPU's fp16/bf16 conversions, which
   /// give the library's bits for every non-NaN value (a NaN is stored as
   /// 0x7FFF: a NaN, not the library's payload). Scratch memory comes from

@@ -451,6 +451,8 @@ __global__ void batch_norm_backward_kernel(long long outer, long long channels, 
 //  3. the element-wise pass (y, or dx), one thread per 8 codes or 4 floats
 //     with 16-byte loads and stores and the hardware conversions (IoHw),
 //     every element of the tensor at once: no block waits for a channel.
+//     It needs x, y (dy, dx) 16-byte aligned; otherwise the host runs
+//     version 1 for the call.
 // The chunks depend on the shape alone and every merge order is fixed: the
 // same bits on every run and every GPU (not version 1's bits: the order of
 // the reductions differs).
@@ -609,16 +611,16 @@ struct ElementChannel {
 /// Kernel 3 of the forwards: y = x̂·γ + β for every element, x̂ from the
 /// channel's mean and invstd (f32 [channels]). Thread t takes element
 /// vectors t, t + gridDim·256, ... of kVec<X> elements (16-byte loads and
-/// stores, kVecOk) or single elements; the tail past the last whole vector
-/// one element per thread.
-template <class X, class P, bool kVecOk>
+/// stores: x and y 16-byte aligned, which the host checks); the tail past
+/// the last whole vector one element per thread.
+template <class X, class P>
 __global__ void bn_normalize_kernel(long long n, long long channels, long long inner,
                                     const typename Io<X>::Raw* __restrict__ x, const float* __restrict__ mean,
                                     const float* __restrict__ invstd,
                                     const typename Io<P>::Raw* __restrict__ weight,
                                     const typename Io<P>::Raw* __restrict__ bias,
                                     typename Io<X>::Raw* __restrict__ y) {
-  constexpr int V = kVecOk ? kVec<X> : 1;
+  constexpr int V = kVec<X>;
   const long long stride = static_cast<long long>(gridDim.x) * kThreads, vectors = n / V;
   auto one = [&](float xv, const ElementChannel& ec) {
     const float g = weight != nullptr ? IoHw<P>::load(weight[ec.c]) : 1.0f;
@@ -627,15 +629,13 @@ __global__ void bn_normalize_kernel(long long n, long long channels, long long i
   };
   for (long long v = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x; v < vectors; v += stride) {
     float xv[V], yv[V];
-    if constexpr (V > 1) load_vec<X, V>(x + v * V, xv);
-    else xv[0] = IoHw<X>::load(x[v]);
+    load_vec<X, V>(x + v * V, xv);
     ElementChannel ec(v * V, inner, channels);
     for (int k = 0; k < V; ++k, ec.next()) yv[k] = one(xv[k], ec);
-    if constexpr (V > 1) store_vec<X, V>(y + v * V, yv);
-    else y[v] = IoHw<X>::store(yv[0]);
+    store_vec<X, V>(y + v * V, yv);
   }
   const long long e = vectors * V + static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
-  if (V > 1 && e < n) y[e] = IoHw<X>::store(one(IoHw<X>::load(x[e]), ElementChannel(e, inner, channels)));
+  if (e < n) y[e] = IoHw<X>::store(one(IoHw<X>::load(x[e]), ElementChannel(e, inner, channels)));
 }
 
 /// Kernel 1 of the backward, inner > 1: block (c, k) sums dy and dy·x̂ over
@@ -728,14 +728,14 @@ __global__ void bn_backward_combine_kernel(long long channels, long long chunks,
 /// Kernel 3 of the backward: dx of every element (bn_normalize_kernel's
 /// walk), from the channel's Σdy and Σdy·x̂ (sums: [2, channels]) with
 /// version 1's formula: Σg = γ·Σdy, Σg·x̂ = γ·Σdy·x̂.
-template <class X, class P, bool kVecOk>
+template <class X, class P>
 __global__ void bn_dx_kernel(long long n, long long channels, long long inner, float count,
                              const typename Io<X>::Raw* __restrict__ x,
                              const typename Io<X>::Raw* __restrict__ dy, const float* __restrict__ mean,
                              const float* __restrict__ invstd, const typename Io<P>::Raw* __restrict__ weight,
                              const float* __restrict__ sums, bool batch_statistics,
                              typename Io<X>::Raw* __restrict__ dx) {
-  constexpr int V = kVecOk ? kVec<X> : 1;
+  constexpr int V = kVec<X>;
   const long long stride = static_cast<long long>(gridDim.x) * kThreads, vectors = n / V;
   auto one = [&](float xv, float dyv, const ElementChannel& ec) {
     const long long c = ec.c;
@@ -748,20 +748,14 @@ __global__ void bn_dx_kernel(long long n, long long channels, long long inner, f
   };
   for (long long v = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x; v < vectors; v += stride) {
     float xv[V], dyv[V], dxv[V];
-    if constexpr (V > 1) {
-      load_vec<X, V>(x + v * V, xv);
-      load_vec<X, V>(dy + v * V, dyv);
-    } else {
-      xv[0] = IoHw<X>::load(x[v]);
-      dyv[0] = IoHw<X>::load(dy[v]);
-    }
+    load_vec<X, V>(x + v * V, xv);
+    load_vec<X, V>(dy + v * V, dyv);
     ElementChannel ec(v * V, inner, channels);
     for (int k = 0; k < V; ++k, ec.next()) dxv[k] = one(xv[k], dyv[k], ec);
-    if constexpr (V > 1) store_vec<X, V>(dx + v * V, dxv);
-    else dx[v] = IoHw<X>::store(dxv[0]);
+    store_vec<X, V>(dx + v * V, dxv);
   }
   const long long e = vectors * V + static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
-  if (V > 1 && e < n)
+  if (e < n)
     dx[e] =
         IoHw<X>::store(one(IoHw<X>::load(x[e]), IoHw<X>::load(dy[e]), ElementChannel(e, inner, channels)));
 }
@@ -1094,16 +1088,13 @@ bool params_vector_ok(const P* p) {
   return p == nullptr || detail::aligned(p, span < 16 ? span : 16);
 }
 
-/// BatchNorm version 2's element-wise forward (kernel 3) over all n elements.
+/// BatchNorm version 2's element-wise forward (kernel 3) over all n
+/// elements (x and y 16-byte aligned).
 template <class X, class P>
 void launch_bn_normalize(long long n, long long channels, long long inner, const X* x, const float* mean,
                          const float* invstd, const P* weight, const P* bias, X* y, const char* where) {
-  if (detail::aligned(x, 16) && detail::aligned(y, 16))
-    bn_normalize_kernel<X, P, true><<<elementwise_blocks(n / kVec<X>), kThreads>>>(
-        n, channels, inner, raw(x), mean, invstd, raw(weight), raw(bias), raw(y));
-  else
-    bn_normalize_kernel<X, P, false><<<elementwise_blocks(n), kThreads>>>(
-        n, channels, inner, raw(x), mean, invstd, raw(weight), raw(bias), raw(y));
+  bn_normalize_kernel<X, P><<<elementwise_blocks(n / kVec<X>), kThreads>>>(
+      n, channels, inner, raw(x), mean, invstd, raw(weight), raw(bias), raw(y));
   detail::check_launch(where);
 }
 
@@ -1150,7 +1141,8 @@ void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::in
   check_eps(eps, where);
   require(d_x != nullptr && d_y != nullptr && d_mean != nullptr && d_invstd != nullptr, where,
           "x, y, mean and invstd must be device pointers, not nullptr");
-  if (v == NormVersion::simple) {
+  // The fast element-wise kernel moves 16 bytes at a time: x and y aligned.
+  if (v == NormVersion::simple || !aligned(d_x, 16) || !aligned(d_y, 16)) {
     batch_norm_train_kernel<X, P><<<channel_blocks(channels, where), kThreads>>>(
         outer, channels, inner, raw(d_x), raw(d_weight), raw(d_bias), raw(d_running_mean), raw(d_running_var),
         momentum, eps, raw(d_y), d_mean, d_invstd);
@@ -1194,7 +1186,7 @@ void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int
       "eval mode normalizes with the running estimates: running_mean and running_var must not be nullptr");
   if (n == 0) return;
   require(d_x != nullptr && d_y != nullptr, where, "x and y must be device pointers, not nullptr");
-  if (v == NormVersion::simple) {
+  if (v == NormVersion::simple || !aligned(d_x, 16) || !aligned(d_y, 16)) {
     batch_norm_eval_kernel<X, P><<<channel_blocks(channels, where), kThreads>>>(
         outer, channels, inner, raw(d_x), raw(d_weight), raw(d_bias), raw(d_running_mean), raw(d_running_var),
         eps, raw(d_y));
@@ -1229,7 +1221,8 @@ void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t
   }
   require(d_x != nullptr && d_dy != nullptr && d_mean != nullptr && d_invstd != nullptr, where,
           "x, dy, mean and invstd must be device pointers, not nullptr");
-  if (v == NormVersion::simple) {
+  if (v == NormVersion::simple ||
+      (d_dx != nullptr && (!aligned(d_x, 16) || !aligned(d_dy, 16) || !aligned(d_dx, 16)))) {
     batch_norm_backward_kernel<X, P><<<channel_blocks(channels, where), kThreads>>>(
         outer, channels, inner, raw(d_x), raw(d_dy), d_mean, d_invstd, raw(d_weight), batch_statistics,
         raw(d_dx), d_dweight, d_dbias);
@@ -1259,14 +1252,9 @@ void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t
   }
   if (d_dx == nullptr) return;
   const auto count = static_cast<float>(outer * inner);
-  if (aligned(d_x, 16) && aligned(d_dy, 16) && aligned(d_dx, 16))
-    bn_dx_kernel<X, P, true><<<elementwise_blocks(n / kVec<X>), kThreads>>>(
-        n, channels, inner, count, raw(d_x), raw(d_dy), d_mean, d_invstd, raw(d_weight), sums,
-        batch_statistics, raw(d_dx));
-  else
-    bn_dx_kernel<X, P, false><<<elementwise_blocks(n), kThreads>>>(n, channels, inner, count, raw(d_x),
-                                                                   raw(d_dy), d_mean, d_invstd, raw(d_weight),
-                                                                   sums, batch_statistics, raw(d_dx));
+  bn_dx_kernel<X, P><<<elementwise_blocks(n / kVec<X>), kThreads>>>(
+      n, channels, inner, count, raw(d_x), raw(d_dy), d_mean, d_invstd, raw(d_weight), sums, batch_statistics,
+      raw(d_dx));
   check_launch(where);
 }
 
