@@ -2,7 +2,10 @@
 # All chapters — prepares, on a machine with nvcc and the project's Debian
 # packages, everything a GPU machine needs to check the kernels without
 # building anything there: the GPU tests, the GPU benchmarks and the dump
-# program of the PyTorch comparison, for sm_80 and sm_90, each linked against
+# program of the PyTorch comparison, for sm_80 and sm_90 (machine code for
+# both, and sm_90's PTX, which a newer GPU's driver compiles at the first
+# launch; sm_80's PTX would only add bytes: every 8.x GPU runs sm_80's
+# code, and the bundle must stay under 64 MiB), each linked against
 # the CUDA runtime, libstdc++ and libgcc statically, in one folder (the
 # bundle) that one copy can carry. tools/gpu_report.sh runs it on the GPU.
 # Chapter 5's NCCL test (test_ch05_nccl_cuda, built where nccl.h is found)
@@ -62,7 +65,7 @@ check_bundle() {
     echo "mpt GPU bundle"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
-    echo "architectures: ${MPT_CUDA_ARCHITECTURES:-80 90}"
+    echo "architectures: ${MPT_CUDA_ARCHITECTURES:-80-real 90}"
     echo "size: $bytes bytes"
     echo "programs (sha256, bytes, name):"
     for p in "${programs[@]}"; do
@@ -83,11 +86,13 @@ build=${1:-build-gpu}
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMPT_CUDA=ON -DMPT_CUDA_STATIC_RUNTIME=ON \
     -DMPT_TESTS=ON -DMPT_BENCHMARKS=ON -DMPT_DOCS=OFF -DMPT_NOTEBOOKS=OFF \
-    "-DCMAKE_CUDA_ARCHITECTURES=80;90" >"${TMPDIR:-/tmp}/gpu_prepare_configure.log" 2>&1 ||
+    "-DCMAKE_CUDA_ARCHITECTURES=80-real;90" >"${TMPDIR:-/tmp}/gpu_prepare_configure.log" 2>&1 ||
     { tail -20 "${TMPDIR:-/tmp}/gpu_prepare_configure.log" >&2; die "configure failed"; }
 fi
 grep -qE '^CMAKE_CUDA_COMPILER:(FILEPATH|STRING)=/' "$build/CMakeCache.txt" ||
   die "$build has no CUDA compiler: nvcc is needed here (it looks on PATH and in /usr/local/cuda/bin)"
+grep -qE '^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=80-real;90$' "$build/CMakeCache.txt" ||
+  die "$build is configured for other CUDA architectures; reconfigure with -DCMAKE_CUDA_ARCHITECTURES='80-real;90' (or remove $build)"
 grep -q '^MPT_CUDA_STATIC_RUNTIME:BOOL=ON' "$build/CMakeCache.txt" ||
   die "$build links the CUDA runtime dynamically; reconfigure with -DMPT_CUDA_STATIC_RUNTIME=ON"
 cmake --build "$build" -j "${JOBS:-$(nproc)}" --target gpu-bundle

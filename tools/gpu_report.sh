@@ -9,9 +9,22 @@
 #   tools/gpu_report.sh [BUNDLE_DIR] [OUT_DIR]
 #     (defaults: build-gpu/gpu-bundle, and $OUT or build-gpu/report)
 #
+#   tools/gpu_report.sh --self-test
+#     (no GPU needed: runs the report on a bundle of programs that hang, with
+#     a short budget and an nvidia-smi and a compute-sanitizer that hang too,
+#     and fails unless it ends within that budget; CTest gpu_report_budget)
+#
 # It writes at most 8 files under OUT_DIR, report.txt first (the summary),
-# and stays under a 7-minute budget (each step has its own time limit and a
-# step that would start past the budget is skipped and said so):
+# and ends within its budget, 7 minutes (MPT_GPU_REPORT_BUDGET seconds, if
+# set). Why that holds: every command that could take long or hang (the
+# bundle's programs, nvidia-smi, compute-sanitizer, python3, find,
+# ldconfig) runs through step(), under `timeout -k` with a limit of at most
+# its own and of what is left of the budget less the kill grace: TERM at
+# the limit, KILL (to its whole process group) 5 s later, so a step ends by
+# the deadline even if it ignores TERM. A step with less than a few seconds
+# left is not started, and the report says so. What runs outside step()
+# reads and writes small local files only. A watchdog re-runs the script
+# under `timeout -k 5 (budget + 30)`, should anything unforeseen still hang.
 #   report.txt     the summary: device, tests, sanitizers, benchmarks, PyTorch
 #   nvidia-smi.txt the device as nvidia-smi sees it
 #   tests.log      every GPU test's output (the NCCL test's too)
@@ -30,6 +43,56 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+readonly budget=${MPT_GPU_REPORT_BUDGET:-420}  # seconds: 7 minutes
+[[ $budget =~ ^[0-9]+$ ]] && ((budget >= 20)) ||
+  { echo "gpu_report: MPT_GPU_REPORT_BUDGET must be a whole number of seconds >= 20, got '$budget'" >&2; exit 2; }
+readonly kill_grace=5  # seconds between a step's TERM and its KILL
+readonly margin=3      # seconds kept for what follows the last step (the summary lines)
+
+if [[ ${1:-} == --self-test ]]; then
+  # Two runs of the report, each with a budget of 20 s: one where
+  # nvidia-smi ignores TERM and never ends, one where the first GPU test
+  # does. Each must end within its budget, kill what hung (its whole
+  # process group), say what timed out and what was left out, and exit 1.
+  self=$(mktemp -d)
+  trap 'rm -rf "$self"' EXIT
+  hang='#!/usr/bin/env bash
+trap "" TERM
+while :; do sleep 1; done'
+  quick='#!/usr/bin/env bash
+echo "fake 0, 0, 0, 9.0"; exit 0'
+  fail() { echo "gpu_report --self-test: FAIL: $*"; cat "$self/out/report.txt" 2>/dev/null; exit 1; }
+  put() { printf '%s\n' "$2" >"$self/$1" && chmod +x "$self/$1"; }
+  test_budget=20
+  for hung in nvidia-smi test; do
+    rm -rf "$self/bundle" "$self/path" "$self/out"
+    mkdir -p "$self/bundle/bin" "$self/path"
+    if [[ $hung == nvidia-smi ]]; then put path/nvidia-smi "$hang"; else put path/nvidia-smi "$quick"; fi
+    if [[ $hung == test ]]; then put bundle/bin/test_ch01_hang_cuda "$hang"; else put bundle/bin/test_ch01_quick_cuda "$quick"; fi
+    put bundle/bin/test_ch02_quick_cuda "$quick"
+    put bundle/bin/bench_ch01_hang_cuda "$hang"
+    put bundle/bin/gpu_ops_dump "$hang"
+    put path/compute-sanitizer "$hang"
+    t0=$(date +%s)
+    PATH="$self/path:$PATH" MPT_GPU_REPORT_BUDGET=$test_budget bash "$0" "$self/bundle" "$self/out" >/dev/null 2>&1
+    rc=$?
+    secs=$(($(date +%s) - t0))
+    ((secs <= test_budget)) || fail "$hung hanging: took $secs s with a budget of $test_budget s"
+    ((rc == 1)) || fail "$hung hanging: exit status $rc; expected 1"
+    grep -q "timed out" "$self/out/report.txt" || fail "$hung hanging: report.txt does not say what timed out"
+    grep -q "not run, the time budget is spent" "$self/out/report.txt" ||
+      fail "$hung hanging: report.txt does not say which steps were left out"
+    pgrep -f "$self/" >/dev/null && fail "$hung hanging: a hanging program outlived its step"
+    echo "gpu_report --self-test: $hung hanging, budget $test_budget s: ended in $secs s, exit status 1"
+  done
+  exit 0
+fi
+
+# The watchdog: the script again, under a hard limit past its budget.
+if [[ -z ${MPT_GPU_REPORT_WATCHED:-} ]]; then
+  MPT_GPU_REPORT_WATCHED=1 exec timeout -k 5 $((budget + 30)) bash "$0" "$@"
+fi
+
 bundle=${1:-build-gpu/gpu-bundle}
 out=${2:-${OUT:-build-gpu/report}}
 bin=$bundle/bin
@@ -38,12 +101,32 @@ mkdir -p "$out" || { echo "gpu_report: cannot create $out" >&2; exit 2; }
 report=$out/report.txt
 : >"$report"
 start=$(date +%s)
-readonly budget=400  # seconds: 7 minutes in all, with room for the last step's limit
+readonly deadline=$((start + budget))
 status=0
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 elapsed() { echo $(($(date +%s) - start)); }
-# in_budget NEED: true when a step that may take NEED seconds still fits.
-in_budget() { (($(elapsed) + $1 <= budget + 60)); }
+# left: the seconds a step started now may run and still be killed by the
+# deadline (its limit, the kill grace and the margin all fit).
+left() { echo $((deadline - $(date +%s) - kill_grace - margin)); }
+# in_budget NEED: true when at least NEED seconds are left for a step (the
+# least it needs to be worth starting; a quarter of the budget at most, so
+# that a short budget still starts something); otherwise the report says it
+# was left out.
+in_budget() {
+  local need=$1
+  ((need > budget / 4)) && need=$((budget / 4))
+  (($(left) >= need))
+}
+# step LIMIT CMD...: CMD under timeout -k, for at most LIMIT seconds and at
+# most what is left; its exit status (124: timed out, 137: killed after it).
+step() {
+  local limit=$1 l
+  shift
+  l=$(left)
+  ((l < limit)) && limit=$l
+  ((limit < 1)) && return 124
+  timeout -k "$kill_grace" "$limit" "$@"
+}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
@@ -54,9 +137,17 @@ say "# mpt GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say ""
 say "## Device"
 if command -v nvidia-smi >/dev/null; then
-  nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 |
-    tee -a "$report"
+  step 10 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+  rc=$?
+  case $rc in
+    0) ;;
+    124 | 137) say "nvidia-smi: timed out" ;;
+    *) say "nvidia-smi: exit status $rc" ;;
+  esac
+  step 10 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >"$scratch/smi" 2>&1
+  rc=$?
+  tee -a "$report" <"$scratch/smi"
+  ((rc == 0)) || say "nvidia-smi --query-gpu: exit status $rc"
 else
   say "nvidia-smi not found"
 fi
@@ -71,18 +162,18 @@ for t in "$bin"/test_*_cuda; do
   name=$(basename "$t")
   [[ $name == *_large_n_cuda ]] && continue  # its own step below
   [[ $name == test_ch05_nccl_cuda ]] && continue  # its own step below (it needs libnccl)
-  if ! in_budget 150; then say "$name: not run, the time budget is spent"; continue; fi
+  if ! in_budget 30; then say "$name: not run, the time budget is spent"; continue; fi
   t0=$(date +%s)
   {
     echo "=== $name"
-    timeout 150 "$t"
+    step 150 "$t"
   } >>"$out/tests.log" 2>&1
   rc=$?
   secs=$(($(date +%s) - t0))
   case $rc in
     0) result=passed; ((ran++, passed++)) ;;
     77) result=skipped; ((skipped++)) ;;
-    124) result="FAILED (timed out after 150 s)"; ((ran++, failed++)) ;;
+    124 | 137) result="FAILED (timed out after $secs s)"; ((ran++, failed++)) ;;
     *) result="FAILED (exit status $rc)"; ((ran++, failed++)) ;;
   esac
   say "$(printf '%-32s %-28s %4d s' "$name" "$result" "$secs")"
@@ -107,20 +198,20 @@ find_nccl() {
   if command -v python3 >/dev/null; then
     local p dir
     # PyTorch's wheels depend on nvidia-nccl-cuXX: nvidia/nccl/lib/libnccl.so.2.
-    p=$(timeout 30 python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    p=$(step 30 python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
     if [[ -n $p && -f $p ]]; then echo "$p"; return; fi
     while read -r dir; do
       [[ -d $dir ]] || continue
-      p=$(find "$dir" -maxdepth 5 -name 'libnccl.so.2' -print -quit 2>/dev/null)
+      p=$(step 20 find "$dir" -maxdepth 5 -name 'libnccl.so.2' -print -quit 2>/dev/null)
       if [[ -n $p ]]; then echo "$p"; return; fi
-    done < <(timeout 30 python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+    done < <(step 30 python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
   fi
-  ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}'
+  step 20 ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}'
 }
 nccl_test=$bin/test_ch05_nccl_cuda
 if [[ ! -x $nccl_test ]]; then
   say "test_ch05_nccl_cuda is not in the bundle (nccl.h was not found where it was built): not run"
-elif ! in_budget 120; then
+elif ! in_budget 30; then
   say "test_ch05_nccl_cuda: not run, the time budget is spent"
 else
   nccl=$(find_nccl)
@@ -130,7 +221,7 @@ else
     t0=$(date +%s)
     {
       echo "=== test_ch05_nccl_cuda (MPT_NCCL_LIBRARY=$nccl)"
-      MPT_NCCL_LIBRARY=$nccl timeout 120 "$nccl_test"
+      MPT_NCCL_LIBRARY=$nccl step 120 "$nccl_test"
     } >"$scratch/nccl.log" 2>&1
     rc=$?
     cat "$scratch/nccl.log" >>"$out/tests.log"
@@ -138,7 +229,7 @@ else
     case $rc in
       0) result=passed ;;
       77) if grep -q 'NCCL not found' "$scratch/nccl.log"; then result="not run: NCCL not found ($nccl does not open)"; else result=skipped; fi ;;
-      124) result="FAILED (timed out after 120 s)"; status=1 ;;
+      124 | 137) result="FAILED (timed out after $secs s)"; status=1 ;;
       *) result="FAILED (exit status $rc)"; status=1 ;;
     esac
     say "$(printf '%-32s %-28s %4d s' test_ch05_nccl_cuda "$result" "$secs")"
@@ -176,14 +267,13 @@ else
   for c in "${checks[@]}"; do
     read -r tool prog filter <<<"$c"
     [[ -x $bin/$prog ]] || { say "$tool $prog: not in the bundle"; continue; }
-    if ! in_budget 90; then say "$tool $prog: not run, the time budget is spent"; continue; fi
+    if ! in_budget 30; then say "$tool $prog: not run, the time budget is spent"; continue; fi
     echo "=== $tool $prog -tc=$filter" >"$scratch/one.log"
-    timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 3 "$bin/$prog" "-tc=$filter" \
-      >>"$scratch/one.log" 2>&1
+    step 90 "$sanitizer" --tool "$tool" --error-exitcode 3 "$bin/$prog" "-tc=$filter" >>"$scratch/one.log" 2>&1
     rc=$?
     cat "$scratch/one.log" >>"$out/sanitizer.log"
     summary=$(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$scratch/one.log" | tail -1)
-    if [[ -z $summary && $rc -ne 0 && $rc -ne 124 ]]; then
+    if [[ -z $summary && $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]]; then
       # No summary at all: the tool could not instrument the program (some
       # sandboxed GPU runtimes do not allow it). Say so; it is not a finding.
       say "$tool $prog: compute-sanitizer could not run here (exit status $rc, no summary; see sanitizer.log); the other checks are left out"
@@ -191,7 +281,7 @@ else
     fi
     case $rc in
       0) say "$tool $prog: clean ($summary)" ;;
-      124) say "$tool $prog: timed out after 90 s"; status=1 ;;
+      124 | 137) say "$tool $prog: timed out"; status=1 ;;
       *) say "$tool $prog: FAILED, exit status $rc ($summary)"; status=1 ;;
     esac
   done
@@ -204,18 +294,19 @@ say "## Kernel benchmarks (each beside a device-to-device cudaMemcpy measured in
 for b in "$bin"/bench_*_cuda; do
   [[ -x $b ]] || continue
   name=$(basename "$b")
-  if ! in_budget 90; then say "$name: not run, the time budget is spent"; continue; fi
+  if ! in_budget 30; then say "$name: not run, the time budget is spent"; continue; fi
   echo "=== $name" >>"$out/bench.log"
-  timeout 90 "$b" >>"$out/bench.log" 2>&1
+  step 90 "$b" >>"$out/bench.log" 2>&1
   rc=$?
   case $rc in
     0) say "$name: see bench.log" ;;
     77) say "$name: skipped (no usable GPU)" ;;
+    124 | 137) say "$name: timed out" ;;
     *) say "$name: FAILED, exit status $rc" ;;
   esac
 done
 # The lines that carry the figures, for the summary.
-grep -hE 'GB/s|TFLOP|x memcpy|roofline' "$out/bench.log" | head -40 | tee -a "$report" >/dev/null
+grep -hE 'GB/s|TFLOP|x memcpy|roofline' "$out/bench.log" | head -80 | tee -a "$report" >/dev/null
 # Chapter 6's presets: the whole table (each preset's replayed step beside
 # the cost model's estimate).
 if grep -q '^=== bench_ch06_presets_cuda' "$out/bench.log"; then
@@ -231,17 +322,21 @@ say "## The same operations through PyTorch"
 : >"$out/torch.log"
 if ((ran == 0)); then
   say "not run: no GPU test could run on this machine"
-elif ! in_budget 150; then
+elif ! in_budget 60; then
   say "not run: the time budget is spent"
 elif [[ ! -x $bin/gpu_ops_dump ]]; then
   say "gpu_ops_dump is not in the bundle: not run"
 else
   {
-    timeout 60 "$bin/gpu_ops_dump" "$scratch/dump" && timeout 90 python3 tools/gpu_torch_compare.py "$scratch/dump"
+    step 60 "$bin/gpu_ops_dump" "$scratch/dump" && step 90 python3 tools/gpu_torch_compare.py "$scratch/dump"
   } >"$out/torch.log" 2>&1
   rc=$?
   cat "$out/torch.log" >>"$report"
-  ((rc == 0)) || say "the comparison stopped with exit status $rc (see torch.log)"
+  case $rc in
+    0) ;;
+    124 | 137) say "the comparison timed out (see torch.log)" ;;
+    *) say "the comparison stopped with exit status $rc (see torch.log)" ;;
+  esac
 fi
 
 # --- sizes past 2^31 -------------------------------------------------------------------------------
@@ -252,14 +347,15 @@ if [[ ! -x $large ]]; then
   say "test_ch02_large_n_cuda is not in the bundle: not run"
 elif ((ran == 0)); then
   say "not run: no GPU test could run on this machine"
-elif ! in_budget 180; then
+elif ! in_budget 90; then
   say "not run: the time budget is spent"
 else
-  MPT_GPU_LARGE=1 timeout 180 "$large" >"$out/large.log" 2>&1
+  MPT_GPU_LARGE=1 step 180 "$large" >"$out/large.log" 2>&1
   rc=$?
   case $rc in
     0) say "passed: a cast of 2^31 + 21 elements and a GEMM with N = INT_MAX" ;;
     77) say "skipped: $(grep -m1 SKIPPED "$out/large.log")" ;;
+    124 | 137) say "FAILED: timed out"; status=1 ;;
     *) say "FAILED, exit status $rc (see large.log)"; status=1 ;;
   esac
 fi

@@ -100,6 +100,39 @@ void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const f
 // bits. What differs is the order of the reductions, and with it the last
 // bits of the statistics and of the sums.
 
+/// The norm kernels, simplest first (the GPU test runs both; the same
+/// results up to the order of the reductions, each deterministic).
+enum class NormVersion : int {
+  /// one block per BatchNorm channel; one warp per LayerNorm row, one thread
+  /// per LayerNorm column for dγ, dβ; one element per load, decoded and
+  /// rounded by the library's functions (round_element.hpp)
+  simple = 1,
+  /// BatchNorm: a channel split over many blocks (partial Welford states or
+  /// sums in scratch memory, merged in a fixed order by a second kernel),
+  /// the [N, C] layout read 32 channels of a row at a time, y and dx written
+  /// element-wise with 16-byte accesses (x, y, dy, dx 16-byte aligned;
+  /// otherwise the call runs the simple version); LayerNorm: 16-byte loads
+  /// and stores (where the row length and the arrays' alignment allow;
+  /// otherwise the simple kernel runs), dγ,
+  /// dβ over row chunks; both with the GPU's fp16/bf16 conversions, which
+  /// give the library's bits for every non-NaN value (a NaN is stored as
+  /// 0x7FFF: a NaN, not the library's payload). Scratch memory comes from
+  /// CUDA's stream-ordered pool (cudaMallocAsync) for the call.
+  fast = 2,
+};
+
+/// How many rows NormVersion::fast's LayerNorm dγ, dβ kernel adds, in
+/// order, into one FP32 partial sum per column: 64, or more where chunks of
+/// 64 would be more than 65535 (the grid's y limit). The partial sums are
+/// then added in chunk order, from 0. A function of rows alone, so the
+/// result does not depend on the GPU or on scheduling; one chunk is the
+/// simple version's order.
+constexpr std::int64_t layer_norm_dweight_chunk_rows(std::int64_t rows) {
+  constexpr std::int64_t kChunk = 64, kMaxChunks = 65535;
+  const std::int64_t least = rows / kMaxChunks + (rows % kMaxChunks != 0 ? 1 : 0);
+  return least > kChunk ? least : kChunk;
+}
+
 /// True for the element types the norm kernels read and write: float (f32),
 /// Fp16Code (f16) and Bf16Code (bf16).
 template <class T>
@@ -111,22 +144,23 @@ namespace detail {
 template <class X, class P>
 void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                               const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
-                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd);
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd,
+                              NormVersion v);
 template <class X, class P>
 void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                              const P* d_weight, const P* d_bias, const P* d_running_mean,
-                             const P* d_running_var, float eps, X* d_y);
+                             const P* d_running_var, float eps, X* d_y, NormVersion v);
 template <class X, class P>
 void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                          const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
-                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias);
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias, NormVersion v);
 template <class X, class P>
 void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
-                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd);
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd, NormVersion v);
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
-                         float* d_dweight, float* d_dbias);
+                         float* d_dweight, float* d_dbias, NormVersion v);
 }  // namespace detail
 
 /// BatchNorm forward in training mode (mpt::BatchNorm::forward with
@@ -147,16 +181,17 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
 /// A non-finite input makes its channel's statistics, outputs and running
 /// estimates non-finite, as on the CPU. Requires M >= 2 (PyTorch: "Expected
 /// more than 1 value per channel when training"), momentum in [0, 1], eps
-/// finite and >= 0, d_x, d_y, d_mean, d_invstd non-null. One block per
-/// channel. Queued.
+/// finite and >= 0, d_x, d_y, d_mean, d_invstd non-null. Simple: one block
+/// per channel; fast: see NormVersion. Queued.
 template <class X, class P>
 void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                               const P* d_weight, const P* d_bias, P* d_running_mean, P* d_running_var,
-                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd) {
+                              float momentum, float eps, X* d_y, float* d_mean, float* d_invstd,
+                              NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_forward_train: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_forward_train(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
-                                   d_running_var, momentum, eps, d_y, d_mean, d_invstd);
+                                   d_running_var, momentum, eps, d_y, d_mean, d_invstd, v);
 }
 
 /// BatchNorm forward in eval mode: y = x̂·γ + β with the running estimates,
@@ -167,11 +202,11 @@ void batch_norm_forward_train(std::int64_t outer, std::int64_t channels, std::in
 template <class X, class P>
 void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                              const P* d_weight, const P* d_bias, const P* d_running_mean,
-                             const P* d_running_var, float eps, X* d_y) {
+                             const P* d_running_var, float eps, X* d_y, NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_forward_eval: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_forward_eval(outer, channels, inner, d_x, d_weight, d_bias, d_running_mean,
-                                  d_running_var, eps, d_y);
+                                  d_running_var, eps, d_y, v);
 }
 
 /// BatchNorm backward (mpt::BatchNorm::backward): from x and dy (X codes,
@@ -185,45 +220,59 @@ void batch_norm_forward_eval(std::int64_t outer, std::int64_t channels, std::int
 ///   dx = g·invstd                                 (fixed statistics, eval)
 /// with Σg = γ·Σdy and Σg·x̂ = γ·Σdy·x̂ (γ is one number per channel), dx
 /// rounded once into X. weight nullptr means γ = 1; d_dx, d_dweight and
-/// d_dbias may each be nullptr (not computed). One block per channel. Queued.
+/// d_dbias may each be nullptr (not computed). Simple: one block per
+/// channel; fast: see NormVersion (dx from the very sums written to
+/// d_dweight and d_dbias). Queued.
 template <class X, class P>
 void batch_norm_backward(std::int64_t outer, std::int64_t channels, std::int64_t inner, const X* d_x,
                          const X* d_dy, const float* d_mean, const float* d_invstd, const P* d_weight,
-                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias) {
+                         bool batch_statistics, X* d_dx, float* d_dweight, float* d_dbias,
+                         NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "batch_norm_backward: X and P must be float, Fp16Code or Bf16Code");
   detail::batch_norm_backward(outer, channels, inner, d_x, d_dy, d_mean, d_invstd, d_weight, batch_statistics,
-                              d_dx, d_dweight, d_dbias);
+                              d_dx, d_dweight, d_dbias, v);
 }
 
 /// LayerNorm forward (mpt::LayerNorm::forward): every row of x (X codes
 /// [rows, cols]) normalized with its own FP32 Welford mean and biased
 /// variance; d_mean[r] and d_rstd[r] = 1/√(var + eps) (f32 [rows]);
 /// y = x̂·γ[i] + β[i] rounded once into X (weight, bias: P codes [cols], or
-/// nullptr for γ = 1, β = 0). One warp per row. Queued.
+/// nullptr for γ = 1, β = 0). One warp per row; fast: 16-byte accesses
+/// where cols is a multiple of 8 codes (4 floats) and the arrays are
+/// aligned, the simple kernel otherwise. Queued.
 template <class X, class P>
 void layer_norm_forward(std::int64_t rows, std::int64_t cols, const X* d_x, const P* d_weight,
-                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd) {
+                        const P* d_bias, float eps, X* d_y, float* d_mean, float* d_rstd,
+                        NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "layer_norm_forward: X and P must be float, Fp16Code or Bf16Code");
-  detail::layer_norm_forward(rows, cols, d_x, d_weight, d_bias, eps, d_y, d_mean, d_rstd);
+  detail::layer_norm_forward(rows, cols, d_x, d_weight, d_bias, eps, d_y, d_mean, d_rstd, v);
 }
 
 /// LayerNorm backward (mpt::LayerNorm::backward), all sums in FP32:
 ///   dx = rstd/D·(D·g − Σg − x̂·Σg·x̂), g = γ[i]·dy, sums over the row (one
 ///   warp per row), rounded once into X;
-///   d_dweight[i] = Σ_rows dy·x̂, d_dbias[i] = Σ_rows dy (f32 [cols]), one
-///   thread per column adding the rows in order 0, 1, ...: the CPU layer's
-///   order, so these are its FP32 sums bit for bit.
+///   d_dweight[i] = Σ_rows dy·x̂, d_dbias[i] = Σ_rows dy (f32 [cols]), the
+///   terms the CPU layer adds (the same FP32 products), in a fixed order:
+///    - NormVersion::simple: one thread per column adding the rows in order
+///      0, 1, ...: the CPU layer's order, so its FP32 sums bit for bit;
+///    - NormVersion::fast: the rows in chunks of
+///      layer_norm_dweight_chunk_rows(rows), each chunk's terms added in row
+///      order into a partial sum (from 0), the partials added in chunk order
+///      (from 0): deterministic, and within the order-independent bound
+///      γ(rows)·Σ|terms| of the CPU's sums (rows <= 64: the simple order).
+///      Its partial sums live in scratch memory taken from CUDA's stream-
+///      ordered pool (cudaMallocAsync) for the call.
 /// weight nullptr means γ = 1; d_dx, d_dweight and d_dbias may each be
 /// nullptr (not computed). Queued.
 template <class X, class P>
 void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, const X* d_dy,
                          const float* d_mean, const float* d_rstd, const P* d_weight, X* d_dx,
-                         float* d_dweight, float* d_dbias) {
+                         float* d_dweight, float* d_dbias, NormVersion v = NormVersion::fast) {
   static_assert(is_norm_storage_v<X> && is_norm_storage_v<P>,
                 "layer_norm_backward: X and P must be float, Fp16Code or Bf16Code");
-  detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias);
+  detail::layer_norm_backward(rows, cols, d_x, d_dy, d_mean, d_rstd, d_weight, d_dx, d_dweight, d_dbias, v);
 }
 
 // --- Softmax cross-entropy and masked softmax (kernels/nn/softmax.cu, Chapter 4) ----------
@@ -263,10 +312,12 @@ enum class SoftmaxCeVersion : int {
 
 /// Softmax cross-entropy forward and backward in one kernel (llm.c's fused
 /// classifier): logits fp16 [rows, classes], targets int32 [rows].
-/// Per row, in FP32, with lse = log Σⱼ exp(zⱼ) from one online (max, sum)
-/// pass and K = classes:
-///   loss  = lse − z_y                                   (ε = 0)
-///   loss  = (1 − ε)·(lse − z_y) + ε·(lse − Σⱼ zⱼ / K)    (ε > 0)
+/// Per row, in FP32, with (max, sum = Σⱼ exp(zⱼ − max)) from one online
+/// pass and K = classes, by softmax_math.hpp's cross_entropy_of (the CPU's
+/// formula: no large max is added to log(sum) and then taken off again):
+///   loss  = log(sum) − (z_y − max)                                  (ε = 0)
+///   loss  = (1 − ε)·(log(sum) − (z_y − max))
+///           + ε·(log(sum) − Σⱼ(zⱼ − max) / K)                       (ε > 0)
 ///   dzⱼ   = g·(softmaxⱼ − (1 − ε)·[j = y] − ε/K), rounded once to fp16
 /// with g = dloss for Reduction::sum and none, and dloss / (the number of
 /// rows whose target is not ignore_index) for mean: the gradient of
@@ -294,20 +345,36 @@ void softmax_cross_entropy(std::int64_t rows, std::int64_t classes, const Fp16Co
                            float* d_losses, float* d_loss, Fp16Code* d_dlogits,
                            SoftmaxCeVersion v = SoftmaxCeVersion::vectorized);
 
+/// The masked softmax kernels, simplest first.
+enum class MaskedSoftmaxVersion : int {
+  warp_per_row = 1,  ///< one warp per row, one fp16 code (and one mask byte) per load, software conversions
+  vectorized = 2,    ///< one warp per row, 16-byte loads and stores (8 codes), hardware conversions
+};
+
 /// Softmax of attention rows with a mask: scores fp16 [rows, cols], output
 /// fp16 probabilities [rows, cols], FP32 in between. Column c of row r takes
 /// part when d_mask[r·cols + c] is true (d_mask bool [rows, cols]; nullptr:
 /// every column) and, with causal, when c <= r mod cols (the rows are
 /// stacked [cols, cols] blocks of query rows, PyTorch's is_causal, a lower
 /// triangle of ones, aligned top left; rows must be a multiple of cols).
-///   pᵣ꜀ = exp(z − max) / Σ exp(z − max) over the kept columns, 0 elsewhere.
-/// A row with no kept column (or only kept −inf scores) outputs zeros: the
-/// attention of a query that may see nothing adds nothing (PyTorch's softmax
-/// would give NaN there, which then poisons the whole backward). A NaN among
-/// the kept scores makes the row's kept probabilities NaN; masked ones stay
-/// 0. One warp per row. Queued.
+///   pᵣ꜀ = exp(z − max) / Σ exp(z − max) over the kept columns, 0 elsewhere,
+/// by the CPU attention's functions (attention_math.hpp: score, row_prob),
+/// with PyTorch's answers (scaled_dot_product_attention's math backend,
+/// at::_safe_softmax) on special rows:
+///  - a row with no kept column (or only kept −inf scores) outputs zeros:
+///    the attention of a query that may see nothing adds nothing (the plain
+///    softmax would give NaN there, which then poisons the whole backward);
+///  - a row whose kept scores hold a NaN or a +inf outputs NaN at every
+///    column, masked ones included (exp(inf − inf) makes the row's sum NaN);
+///  - a masked column's score is never used: a NaN or inf stored there
+///    changes nothing.
+/// One warp per row. Version 2 needs cols % 8 == 0, 16-byte aligned scores
+/// and probs and an 8-byte aligned mask; otherwise the call runs version 1.
+/// Both give the same values up to the order of the row's (max, sum) merge;
+/// version 2 stores a NaN probability as 0x7FFF (version 1: 0x7E00). Queued.
 void masked_softmax(std::int64_t rows, std::int64_t cols, const Fp16Code* d_scores, const bool* d_mask,
-                    bool causal, Fp16Code* d_probs);
+                    bool causal, Fp16Code* d_probs,
+                    MaskedSoftmaxVersion v = MaskedSoftmaxVersion::vectorized);
 
 // --- Tensor-core GEMM, fp16 or bf16 inputs (kernels/nn/gemm_tc.cu, Chapter 6) ------------
 //

@@ -11,10 +11,12 @@
 // forward; x and dy read once and dx written once for a backward; the
 // per-channel arrays are negligible) divided by the time, beside a
 // device-to-device cudaMemcpy of the same activation bytes measured in the
-// same run (memory-bound kernels cannot beat it). The one-block-per-channel
-// BatchNorm reads x twice (statistics, then y) and has only C blocks: the
-// ratio shows what that costs. Not a test: nothing is asserted. Exits 77
-// without a usable GPU.
+// same run (memory-bound kernels cannot beat it). Each kernel runs in both
+// versions (NormVersion): the simple one-block-per-channel BatchNorm reads x
+// twice (statistics, then y) and has only C blocks, the fast one splits a
+// channel over many blocks; the fast LayerNorm moves 16 bytes per access.
+// The ratio shows what each costs. Not a test: nothing is asserted. Exits
+// 77 without a usable GPU.
 //
 //   bench_ch03_norms_cuda [N]   N below 2^20: tiny shapes (the CTest smoke
 //                               run); otherwise, or without N, the shapes above
@@ -35,21 +37,10 @@
 
 namespace {
 
+using bench::Buffer;
 using bench::check;
 using bench::median_ms;
-
-/// Device memory freed at exit of main's scope.
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
+using mpt::cuda::NormVersion;
 
 struct Shape {
   const char* name;
@@ -57,10 +48,13 @@ struct Shape {
   std::int64_t numel() const { return outer * channels * inner; }
 };
 
+/// The version, for a row's name.
+const char* version_tag(NormVersion v) { return v == NormVersion::simple ? " simple" : " fast"; }
+
 /// One timed kernel: its name, its time, its minimum traffic, and the
 /// memcpy of the same bytes for the ratio.
 void report(const std::string& name, float ms, double bytes, const std::function<void()>& copy) {
-  bench::report_vs_copy(name, ms, bytes, copy, 56);
+  bench::report_vs_copy(name, ms, bytes, copy, 68);
 }
 
 }  // namespace
@@ -114,80 +108,85 @@ int main(int argc, char** argv) {
   std::printf("device %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
   std::printf("each GB/s counts the bytes an ideal kernel moves; x memcpy: against a device-to-device\n");
   std::printf("cudaMemcpy of the same bytes, timed in this run\n\n");
-  std::printf("%-56s %9s %9s %9s\n", "kernel", "ms", "GB/s", "x memcpy");
+  std::printf("%-68s %9s %9s %9s\n", "kernel", "ms", "GB/s", "x memcpy");
   const float* wf = w.as<float>();
   const float* bf = b.as<float>();
   for (const Shape& s : bn_shapes) {
     const auto e = static_cast<std::size_t>(s.numel());
-    for (const bool half : {true, false}) {
-      const std::size_t xb = half ? 2 : 4;  // bytes per activation
-      const std::string tag = std::string(s.name) + (half ? " f16" : " f32");
-      auto copy_bytes = [&](std::size_t bytes) {
-        return [&, bytes] { check(cudaMemcpy(copy.p, source.p, bytes, cudaMemcpyDeviceToDevice), "memcpy"); };
-      };
-      const float train_ms = median_ms([&] {
-        if (half)
-          mpt::cuda::batch_norm_forward_train(s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf,
-                                              rm.as<float>(), rv.as<float>(), 0.1f, 1e-5f,
-                                              y16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>());
-        else
-          mpt::cuda::batch_norm_forward_train(s.outer, s.channels, s.inner, x32.as<float>(), wf, bf,
-                                              rm.as<float>(), rv.as<float>(), 0.1f, 1e-5f, y32.as<float>(),
-                                              mean.as<float>(), invstd.as<float>());
-      });
-      report("batch_norm_forward_train " + tag, train_ms, 2.0 * xb * e, copy_bytes(2 * xb * e / 2));
-      const float eval_ms = median_ms([&] {
-        if (half)
-          mpt::cuda::batch_norm_forward_eval(s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf,
-                                             rm.as<float>(), rv.as<float>(), 1e-5f, y16.as<mpt::Fp16Code>());
-        else
-          mpt::cuda::batch_norm_forward_eval(s.outer, s.channels, s.inner, x32.as<float>(), wf, bf,
-                                             rm.as<float>(), rv.as<float>(), 1e-5f, y32.as<float>());
-      });
-      report("batch_norm_forward_eval " + tag, eval_ms, 2.0 * xb * e, copy_bytes(xb * e));
-      const float back_ms = median_ms([&] {
-        if (half)
-          mpt::cuda::batch_norm_backward(s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(),
-                                         dy16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), wf,
-                                         true, dx16.as<mpt::Fp16Code>(), dw.as<float>(), db.as<float>());
-        else
-          mpt::cuda::batch_norm_backward(s.outer, s.channels, s.inner, x32.as<float>(), dy32.as<float>(),
-                                         mean.as<float>(), invstd.as<float>(), wf, true, dx32.as<float>(),
-                                         dw.as<float>(), db.as<float>());
-      });
-      // Three activation arrays; the memcpy moves 1.5 of them each way.
-      report("batch_norm_backward " + tag, back_ms, 3.0 * xb * e, copy_bytes(3 * xb * e / 2));
-    }
+    for (const bool half : {true, false})
+      for (const NormVersion v : {NormVersion::simple, NormVersion::fast}) {
+        const std::size_t xb = half ? 2 : 4;  // bytes per activation
+        const std::string tag = std::string(s.name) + (half ? " f16" : " f32") + version_tag(v);
+        auto copy_bytes = [&](std::size_t bytes) {
+          return
+              [&, bytes] { check(cudaMemcpy(copy.p, source.p, bytes, cudaMemcpyDeviceToDevice), "memcpy"); };
+        };
+        const float train_ms = median_ms([&] {
+          if (half)
+            mpt::cuda::batch_norm_forward_train(
+                s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf, rm.as<float>(), rv.as<float>(),
+                0.1f, 1e-5f, y16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), v);
+          else
+            mpt::cuda::batch_norm_forward_train(s.outer, s.channels, s.inner, x32.as<float>(), wf, bf,
+                                                rm.as<float>(), rv.as<float>(), 0.1f, 1e-5f, y32.as<float>(),
+                                                mean.as<float>(), invstd.as<float>(), v);
+        });
+        report("batch_norm_forward_train " + tag, train_ms, 2.0 * xb * e, copy_bytes(2 * xb * e / 2));
+        const float eval_ms = median_ms([&] {
+          if (half)
+            mpt::cuda::batch_norm_forward_eval(s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf,
+                                               rm.as<float>(), rv.as<float>(), 1e-5f, y16.as<mpt::Fp16Code>(),
+                                               v);
+          else
+            mpt::cuda::batch_norm_forward_eval(s.outer, s.channels, s.inner, x32.as<float>(), wf, bf,
+                                               rm.as<float>(), rv.as<float>(), 1e-5f, y32.as<float>(), v);
+        });
+        report("batch_norm_forward_eval " + tag, eval_ms, 2.0 * xb * e, copy_bytes(xb * e));
+        const float back_ms = median_ms([&] {
+          if (half)
+            mpt::cuda::batch_norm_backward(s.outer, s.channels, s.inner, x16.as<mpt::Fp16Code>(),
+                                           dy16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), wf,
+                                           true, dx16.as<mpt::Fp16Code>(), dw.as<float>(), db.as<float>(), v);
+          else
+            mpt::cuda::batch_norm_backward(s.outer, s.channels, s.inner, x32.as<float>(), dy32.as<float>(),
+                                           mean.as<float>(), invstd.as<float>(), wf, true, dx32.as<float>(),
+                                           dw.as<float>(), db.as<float>(), v);
+        });
+        // Three activation arrays; the memcpy moves 1.5 of them each way.
+        report("batch_norm_backward " + tag, back_ms, 3.0 * xb * e, copy_bytes(3 * xb * e / 2));
+      }
   }
   for (const Shape& s : ln_shapes) {
     const auto e = static_cast<std::size_t>(s.numel());
-    for (const bool half : {true, false}) {
-      const std::size_t xb = half ? 2 : 4;
-      const std::string tag = std::string(s.name) + (half ? " f16" : " f32");
-      auto copy_bytes = [&](std::size_t bytes) {
-        return [&, bytes] { check(cudaMemcpy(copy.p, source.p, bytes, cudaMemcpyDeviceToDevice), "memcpy"); };
-      };
-      const float fwd_ms = median_ms([&] {
-        if (half)
-          mpt::cuda::layer_norm_forward(s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf, 1e-5f,
-                                        y16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>());
-        else
-          mpt::cuda::layer_norm_forward(s.channels, s.inner, x32.as<float>(), wf, bf, 1e-5f, y32.as<float>(),
-                                        mean.as<float>(), invstd.as<float>());
-      });
-      report("layer_norm_forward " + tag, fwd_ms, 2.0 * xb * e, copy_bytes(xb * e));
-      const float back_ms = median_ms([&] {
-        if (half)
-          mpt::cuda::layer_norm_backward(s.channels, s.inner, x16.as<mpt::Fp16Code>(),
-                                         dy16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), wf,
-                                         dx16.as<mpt::Fp16Code>(), dw.as<float>(), db.as<float>());
-        else
-          mpt::cuda::layer_norm_backward(s.channels, s.inner, x32.as<float>(), dy32.as<float>(),
-                                         mean.as<float>(), invstd.as<float>(), wf, dx32.as<float>(),
-                                         dw.as<float>(), db.as<float>());
-      });
-      report("layer_norm_backward " + tag, back_ms, 3.0 * xb * e, copy_bytes(3 * xb * e / 2));
-    }
+    for (const bool half : {true, false})
+      for (const NormVersion v : {NormVersion::simple, NormVersion::fast}) {
+        const std::size_t xb = half ? 2 : 4;
+        const std::string tag = std::string(s.name) + (half ? " f16" : " f32") + version_tag(v);
+        auto copy_bytes = [&](std::size_t bytes) {
+          return
+              [&, bytes] { check(cudaMemcpy(copy.p, source.p, bytes, cudaMemcpyDeviceToDevice), "memcpy"); };
+        };
+        const float fwd_ms = median_ms([&] {
+          if (half)
+            mpt::cuda::layer_norm_forward(s.channels, s.inner, x16.as<mpt::Fp16Code>(), wf, bf, 1e-5f,
+                                          y16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), v);
+          else
+            mpt::cuda::layer_norm_forward(s.channels, s.inner, x32.as<float>(), wf, bf, 1e-5f,
+                                          y32.as<float>(), mean.as<float>(), invstd.as<float>(), v);
+        });
+        report("layer_norm_forward " + tag, fwd_ms, 2.0 * xb * e, copy_bytes(xb * e));
+        const float back_ms = median_ms([&] {
+          if (half)
+            mpt::cuda::layer_norm_backward(s.channels, s.inner, x16.as<mpt::Fp16Code>(),
+                                           dy16.as<mpt::Fp16Code>(), mean.as<float>(), invstd.as<float>(), wf,
+                                           dx16.as<mpt::Fp16Code>(), dw.as<float>(), db.as<float>(), v);
+          else
+            mpt::cuda::layer_norm_backward(s.channels, s.inner, x32.as<float>(), dy32.as<float>(),
+                                           mean.as<float>(), invstd.as<float>(), wf, dx32.as<float>(),
+                                           dw.as<float>(), db.as<float>(), v);
+        });
+        report("layer_norm_backward " + tag, back_ms, 3.0 * xb * e, copy_bytes(3 * xb * e / 2));
+      }
   }
   check(cudaDeviceSynchronize(), "kernels");
   return 0;

@@ -17,8 +17,9 @@
 // read mostly from L2) and one code per load; version 2 loads 16 bytes at
 // a time. The masked softmax runs causal attention rows, [32·1024, 1024]
 // (32 heads of a 1024-token sequence), reading the scores once and writing
-// the probabilities once. Not a test: nothing is asserted. Exits 77 without
-// a usable GPU.
+// the probabilities once, and with a boolean mask (one byte more per
+// element), in both versions (version 2: 16-byte loads). Not a test:
+// nothing is asserted. Exits 77 without a usable GPU.
 //
 //   bench_ch04_softmax_cuda [N]   N below 2^20: tiny shapes (the CTest smoke
 //                                 run); otherwise, or without N, the shapes above
@@ -39,26 +40,14 @@
 
 namespace {
 
+using bench::Buffer;
 using bench::check;
 using bench::median_ms;
-
-/// Device memory freed at exit of main's scope.
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
 
 /// One timed kernel: its name, its time, its minimum traffic, and the
 /// memcpy of the same bytes (half each way) for the ratio.
 void report(const std::string& name, float ms, double bytes, const std::function<void()>& copy) {
-  bench::report_vs_copy(name, ms, bytes, copy, 64);
+  bench::report_vs_copy(name, ms, bytes, copy, 68);
 }
 
 }  // namespace
@@ -101,7 +90,7 @@ int main(int argc, char** argv) {
   std::printf("device %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
   std::printf("each GB/s counts the bytes an ideal kernel moves; x memcpy: against a device-to-device\n");
   std::printf("cudaMemcpy of the same bytes, timed in this run\n\n");
-  std::printf("%-64s %9s %9s %9s\n", "kernel", "ms", "GB/s", "x memcpy");
+  std::printf("%-68s %9s %9s %9s\n", "kernel", "ms", "GB/s", "x memcpy");
   auto copy_bytes = [&](std::size_t bytes) {
     return [&, bytes] { check(cudaMemcpy(copy.p, source.p, bytes, cudaMemcpyDeviceToDevice), "memcpy"); };
   };
@@ -125,12 +114,30 @@ int main(int argc, char** argv) {
     report("softmax_cross_entropy forward only f16 " + shape + tag, fwd_ms, 2.0 * static_cast<double>(n),
            copy_bytes(n));
   }
-  const float att_ms = median_ms([&] {
-    mpt::cuda::masked_softmax(att_rows, seq, logits.as<mpt::Fp16Code>(), nullptr, true,
-                              probs.as<mpt::Fp16Code>());
-  });
-  report("masked_softmax causal f16 [" + std::to_string(att_rows) + ", " + std::to_string(seq) + "]", att_ms,
-         4.0 * static_cast<double>(na), copy_bytes(2 * na));
+  // A padding-style boolean mask (every 7th column masked), bytes of 0 and 1.
+  Buffer mask(na);
+  std::vector<unsigned char> m(na);
+  for (std::size_t i = 0; i < na; ++i) m[i] = i % 7 == 3 ? 0 : 1;
+  check(cudaMemcpy(mask.p, m.data(), na, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const std::string att_shape = "[" + std::to_string(att_rows) + ", " + std::to_string(seq) + "]";
+  for (const auto v :
+       {mpt::cuda::MaskedSoftmaxVersion::warp_per_row, mpt::cuda::MaskedSoftmaxVersion::vectorized}) {
+    const std::string tag = v == mpt::cuda::MaskedSoftmaxVersion::warp_per_row ? " v1" : " v2";
+    const float causal_ms = median_ms([&] {
+      mpt::cuda::masked_softmax(att_rows, seq, logits.as<mpt::Fp16Code>(), nullptr, true,
+                                probs.as<mpt::Fp16Code>(), v);
+    });
+    // Scores in, probabilities out: 2 + 2 bytes per element.
+    report("masked_softmax causal f16 " + att_shape + tag, causal_ms, 4.0 * static_cast<double>(na),
+           copy_bytes(2 * na));
+    const float mask_ms = median_ms([&] {
+      mpt::cuda::masked_softmax(att_rows, seq, logits.as<mpt::Fp16Code>(), mask.as<bool>(), false,
+                                probs.as<mpt::Fp16Code>(), v);
+    });
+    // And one mask byte per element read: 5 bytes; the memcpy moves 2.5 each way.
+    report("masked_softmax boolean mask f16 " + att_shape + tag, mask_ms, 5.0 * static_cast<double>(na),
+           copy_bytes(5 * na / 2));
+  }
   check(cudaDeviceSynchronize(), "kernels");
   return 0;
 }

@@ -64,17 +64,9 @@
 
 namespace {
 
+using bench::Buffer;
 using bench::check;
 using bench::median_ms;
-
-/// Device memory freed at exit of main's scope.
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
 
 /// One model of the table: its Transformer and the batch it is traced on.
 struct Model {

@@ -1,12 +1,14 @@
 // Chapters 01 onwards — what the GPU benchmarks share: CUDA error checks that
-// name the benchmark and exit, the median time of a callable measured with
-// CUDA events, and one table row of a kernel beside a copy of its bytes.
+// name the benchmark and exit, device memory freed at the end of its scope,
+// the median time of a callable measured with CUDA events, and one table row
+// of a kernel beside a copy of its bytes.
 // Depends on: the CUDA runtime.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -26,6 +28,21 @@ inline void check(cudaError_t e, const char* what) {
     std::exit(1);
   }
 }
+
+/// Device memory of `bytes` bytes (at least 1), freed when it goes out of
+/// scope; a failed cudaMalloc exits through check().
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"); }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  /// The memory as an array of T.
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
 
 /// Median milliseconds of `reps` runs of f, after two warm-up runs.
 inline float median_ms(const std::function<void()>& f, int reps = 21) {

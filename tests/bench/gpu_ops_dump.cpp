@@ -15,7 +15,22 @@
 //   scale.f32 tracker.i32   update_scale after each step of meta's flags
 //   a.u16 b.u16       fp16 GEMM operands [M, K] and [K, N]
 //   c32.f32 c16.u16   our tiled gemm_fp16: FP32 and fp16 outputs
+//   ln_*              LayerNorm (Chapter 3), fp16 x [rows, cols] with f32 γ, β:
+//                     ln_x.u16 ln_dy.u16 ln_w.f32 ln_b.f32 in; ln_y.u16
+//                     ln_mean.f32 ln_rstd.f32 ln_dx.u16 ln_dw.f32 ln_db.f32 ours
+//   bn_*              BatchNorm2d training, fp16 x [N, C, H, W], f32 γ = 1.5,
+//                     β = 0.25, running estimates 0 and 1: bn_x.u16 bn_dy.u16
+//                     in; bn_y.u16 bn_rm.f32 bn_rv.f32 (after one update)
+//                     bn_dx.u16 bn_dw.f32 bn_db.f32 ours
+//   ce_*              cross-entropy (Chapter 4), fp16 logits, mean, label
+//                     smoothing 0.1: ce_logits.u16 ce_targets.i32 in;
+//                     ce_losses.f32 ce_loss.f32 ce_grad.u16 ours
+//   ms_*              masked softmax, fp16 scores [heads·L, L]: ms_scores.u16
+//                     in, ms_causal.u16 ours (causal); ms_mask.u8 and
+//                     ms_special.u16 in (row 0 fully masked, a +inf kept in
+//                     row 1, a NaN kept in row 2), ms_masked.u16 ours
 //   meta.json         sizes, parameters, found_inf, and our times in ms
+// Every kernel runs its fast version (the defaults).
 // Exits 77 without a usable GPU, like the GPU tests.
 #include <cuda_runtime.h>
 
@@ -37,6 +52,7 @@
 
 namespace {
 
+using bench::Buffer;
 using bench::check;
 using bench::median_ms;
 
@@ -72,6 +88,32 @@ std::vector<Raw> raw_codes(const Code* d, std::size_t n) {
   std::vector<Raw> out(n);
   check(cudaMemcpy(out.data(), d, n * sizeof(Code), cudaMemcpyDeviceToHost), "download codes");
   return out;
+}
+
+/// n values uniform in [lo, hi) from a fixed LCG (the same inputs everywhere).
+std::vector<float> uniform(std::size_t n, float lo, float hi, std::uint64_t seed) {
+  std::vector<float> v(n);
+  std::uint64_t s = seed;
+  for (float& x : v) {
+    s = bench::lcg_next(s);
+    x = lo + (hi - lo) * static_cast<float>(s >> 40) / 16777216.0f;
+  }
+  return v;
+}
+
+/// Floats to fp16 codes on the device (the library's cast: RNE), into `out`,
+/// and their codes written to `path`.
+void upload_f16(const std::vector<float>& v, const Buffer& out, const std::string& path) {
+  const Buffer f32(v.size() * 4);
+  check(cudaMemcpy(f32.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  mpt::cuda::cast_fp32_to_fp16(f32.as<float>(), out.as<mpt::Fp16Code>(), v.size());
+  write_file(path, raw_codes<std::uint16_t>(out.as<mpt::Fp16Code>(), v.size()));
+}
+
+/// Floats to the device as they are, and written to `path`.
+void upload_f32(const std::vector<float>& v, const Buffer& out, const std::string& path) {
+  check(cudaMemcpy(out.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  write_file(path, v);
 }
 
 std::string num(double v) {
@@ -210,6 +252,130 @@ int main(int argc, char** argv) {
     mpt::cuda::gemm_fp16(Trans::no, Trans::no, M, N, K, d_a, d_bb, d_c16, mpt::cuda::GemmVersion::tiled);
   });
 
+  // --- LayerNorm (Chapter 3): fp16 activations, f32 γ and β --------------------------------
+  const bool small = n < (std::size_t{1} << 20);  // the CTest smoke run
+  using mpt::Fp16Code;
+  const std::int64_t ln_rows = small ? 33 : 4096, ln_cols = small ? 40 : 768;
+  const float ln_eps = 1e-5f;
+  const auto ln_n = static_cast<std::size_t>(ln_rows * ln_cols), ln_r = static_cast<std::size_t>(ln_rows),
+             ln_c = static_cast<std::size_t>(ln_cols);
+  const Buffer ln_x(ln_n * 2), ln_dy(ln_n * 2), ln_y(ln_n * 2), ln_dx(ln_n * 2), ln_w(ln_c * 4),
+      ln_b(ln_c * 4), ln_mean(ln_r * 4), ln_rstd(ln_r * 4), ln_dw(ln_c * 4), ln_db(ln_c * 4);
+  upload_f16(uniform(ln_n, -3.0f, 5.0f, 11), ln_x, dir + "/ln_x.u16");
+  upload_f16(uniform(ln_n, -1.0f, 1.0f, 12), ln_dy, dir + "/ln_dy.u16");
+  upload_f32(uniform(ln_c, 0.5f, 1.5f, 13), ln_w, dir + "/ln_w.f32");
+  upload_f32(uniform(ln_c, -0.5f, 0.5f, 14), ln_b, dir + "/ln_b.f32");
+  auto ln_forward = [&] {
+    mpt::cuda::layer_norm_forward(ln_rows, ln_cols, ln_x.as<Fp16Code>(), ln_w.as<float>(), ln_b.as<float>(),
+                                  ln_eps, ln_y.as<Fp16Code>(), ln_mean.as<float>(), ln_rstd.as<float>());
+  };
+  auto ln_backward = [&] {
+    mpt::cuda::layer_norm_backward(ln_rows, ln_cols, ln_x.as<Fp16Code>(), ln_dy.as<Fp16Code>(),
+                                   ln_mean.as<float>(), ln_rstd.as<float>(), ln_w.as<float>(),
+                                   ln_dx.as<Fp16Code>(), ln_dw.as<float>(), ln_db.as<float>());
+  };
+  ln_forward();
+  ln_backward();
+  write_file(dir + "/ln_y.u16", raw_codes<std::uint16_t>(ln_y.as<Fp16Code>(), ln_n));
+  write_file(dir + "/ln_mean.f32", host_copy(ln_mean.as<float>(), ln_r));
+  write_file(dir + "/ln_rstd.f32", host_copy(ln_rstd.as<float>(), ln_r));
+  write_file(dir + "/ln_dx.u16", raw_codes<std::uint16_t>(ln_dx.as<Fp16Code>(), ln_n));
+  write_file(dir + "/ln_dw.f32", host_copy(ln_dw.as<float>(), ln_c));
+  write_file(dir + "/ln_db.f32", host_copy(ln_db.as<float>(), ln_c));
+  timed("layer_norm_forward", ln_forward);  // the same outputs again: deterministic
+  timed("layer_norm_backward", ln_backward);
+
+  // --- BatchNorm2d training (Chapter 3): fp16 [N, C, H, W], f32 parameters and estimates ---------
+  const std::int64_t bn_n = small ? 4 : 32, bn_c = small ? 8 : 64, bn_hw = small ? 25 : 28 * 28;
+  const float bn_eps = 1e-5f, bn_momentum = 0.1f;
+  const auto bn_e = static_cast<std::size_t>(bn_n * bn_c * bn_hw), bn_cs = static_cast<std::size_t>(bn_c);
+  const Buffer bn_x(bn_e * 2), bn_dy(bn_e * 2), bn_y(bn_e * 2), bn_dx(bn_e * 2), bn_w(bn_cs * 4),
+      bn_b(bn_cs * 4), bn_rm(bn_cs * 4), bn_rv(bn_cs * 4), bn_mean(bn_cs * 4), bn_invstd(bn_cs * 4),
+      bn_dw(bn_cs * 4), bn_db(bn_cs * 4);
+  upload_f16(uniform(bn_e, 2.0f, 4.0f, 21), bn_x, dir + "/bn_x.u16");  // mean 3: the statistics matter
+  upload_f16(uniform(bn_e, -1.0f, 1.0f, 22), bn_dy, dir + "/bn_dy.u16");
+  const std::vector<float> w15(bn_cs, 1.5f), b025(bn_cs, 0.25f), zeros(bn_cs, 0.0f), ones(bn_cs, 1.0f);
+  check(cudaMemcpy(bn_w.p, w15.data(), bn_cs * 4, cudaMemcpyHostToDevice), "upload");
+  check(cudaMemcpy(bn_b.p, b025.data(), bn_cs * 4, cudaMemcpyHostToDevice), "upload");
+  check(cudaMemcpy(bn_rm.p, zeros.data(), bn_cs * 4, cudaMemcpyHostToDevice), "upload");
+  check(cudaMemcpy(bn_rv.p, ones.data(), bn_cs * 4, cudaMemcpyHostToDevice), "upload");
+  auto bn_forward = [&] {
+    mpt::cuda::batch_norm_forward_train(bn_n, bn_c, bn_hw, bn_x.as<Fp16Code>(), bn_w.as<float>(),
+                                        bn_b.as<float>(), bn_rm.as<float>(), bn_rv.as<float>(), bn_momentum,
+                                        bn_eps, bn_y.as<Fp16Code>(), bn_mean.as<float>(),
+                                        bn_invstd.as<float>());
+  };
+  auto bn_backward = [&] {
+    mpt::cuda::batch_norm_backward(bn_n, bn_c, bn_hw, bn_x.as<Fp16Code>(), bn_dy.as<Fp16Code>(),
+                                   bn_mean.as<float>(), bn_invstd.as<float>(), bn_w.as<float>(), true,
+                                   bn_dx.as<Fp16Code>(), bn_dw.as<float>(), bn_db.as<float>());
+  };
+  bn_forward();
+  bn_backward();
+  write_file(dir + "/bn_y.u16", raw_codes<std::uint16_t>(bn_y.as<Fp16Code>(), bn_e));
+  write_file(dir + "/bn_rm.f32", host_copy(bn_rm.as<float>(), bn_cs));
+  write_file(dir + "/bn_rv.f32", host_copy(bn_rv.as<float>(), bn_cs));
+  write_file(dir + "/bn_dx.u16", raw_codes<std::uint16_t>(bn_dx.as<Fp16Code>(), bn_e));
+  write_file(dir + "/bn_dw.f32", host_copy(bn_dw.as<float>(), bn_cs));
+  write_file(dir + "/bn_db.f32", host_copy(bn_db.as<float>(), bn_cs));
+  timed("batch_norm_forward_train", bn_forward);  // moves the running estimates on: written above
+  timed("batch_norm_backward", bn_backward);
+
+  // --- cross-entropy (Chapter 4): fp16 logits, mean, label smoothing 0.1 -------------------------
+  const std::int64_t ce_rows = small ? 8 : 512, ce_classes = small ? 4104 : 32768;
+  const auto ce_n = static_cast<std::size_t>(ce_rows * ce_classes), ce_r = static_cast<std::size_t>(ce_rows);
+  const Buffer ce_logits(ce_n * 2), ce_grad(ce_n * 2), ce_targets(ce_r * 4), ce_losses(ce_r * 4), ce_loss(4);
+  upload_f16(uniform(ce_n, -8.0f, 8.0f, 31), ce_logits, dir + "/ce_logits.u16");
+  std::vector<std::int32_t> targets(ce_r);
+  for (std::size_t i = 0; i < ce_r; ++i)
+    targets[i] = static_cast<std::int32_t>((i * 7919) % static_cast<std::size_t>(ce_classes));
+  check(cudaMemcpy(ce_targets.p, targets.data(), ce_r * 4, cudaMemcpyHostToDevice), "upload");
+  write_file(dir + "/ce_targets.i32", targets);
+  mpt::cuda::CrossEntropyOptions ce_options;
+  ce_options.label_smoothing = 0.1f;
+  auto ce_step = [&] {
+    mpt::cuda::softmax_cross_entropy(ce_rows, ce_classes, ce_logits.as<Fp16Code>(),
+                                     ce_targets.as<std::int32_t>(), 1.0f, ce_options, ce_losses.as<float>(),
+                                     ce_loss.as<float>(), ce_grad.as<Fp16Code>());
+  };
+  ce_step();
+  write_file(dir + "/ce_losses.f32", host_copy(ce_losses.as<float>(), ce_r));
+  write_file(dir + "/ce_loss.f32", host_copy(ce_loss.as<float>(), 1));
+  write_file(dir + "/ce_grad.u16", raw_codes<std::uint16_t>(ce_grad.as<Fp16Code>(), ce_n));
+  timed("softmax_cross_entropy", ce_step);
+
+  // --- masked softmax (Chapter 4): fp16 scores, causal, and a boolean mask with special rows ------
+  const std::int64_t ms_l = small ? 40 : 512, ms_heads = small ? 2 : 16, ms_rows = ms_heads * ms_l;
+  const auto ms_n = static_cast<std::size_t>(ms_rows * ms_l), ms_lz = static_cast<std::size_t>(ms_l);
+  const Buffer ms_scores(ms_n * 2), ms_causal(ms_n * 2), ms_special(ms_n * 2), ms_masked(ms_n * 2),
+      ms_mask(ms_n);
+  std::vector<float> scores = uniform(ms_n, -8.0f, 8.0f, 41);
+  upload_f16(scores, ms_scores, dir + "/ms_scores.u16");
+  auto ms_causal_run = [&] {
+    mpt::cuda::masked_softmax(ms_rows, ms_l, ms_scores.as<Fp16Code>(), nullptr, true,
+                              ms_causal.as<Fp16Code>());
+  };
+  ms_causal_run();
+  write_file(dir + "/ms_causal.u16", raw_codes<std::uint16_t>(ms_causal.as<Fp16Code>(), ms_n));
+  timed("masked_softmax_causal", ms_causal_run);
+  std::vector<std::uint8_t> keep(ms_n);
+  std::uint64_t state = 51;
+  for (std::uint8_t& k : keep) {
+    state = bench::lcg_next(state);
+    k = (state >> 40) % 5 != 0 ? 1 : 0;  // 80% kept
+  }
+  std::fill(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(ms_lz), std::uint8_t{0});  // row 0: none
+  keep[ms_lz + 3] = 1;
+  scores[ms_lz + 3] = inf;  // row 1: a kept +inf
+  keep[2 * ms_lz + 5] = 1;
+  scores[2 * ms_lz + 5] = nan;  // row 2: a kept NaN
+  upload_f16(scores, ms_special, dir + "/ms_special.u16");
+  check(cudaMemcpy(ms_mask.p, keep.data(), ms_n, cudaMemcpyHostToDevice), "upload");
+  write_file(dir + "/ms_mask.u8", keep);
+  mpt::cuda::masked_softmax(ms_rows, ms_l, ms_special.as<Fp16Code>(), ms_mask.as<bool>(), false,
+                            ms_masked.as<Fp16Code>());
+  write_file(dir + "/ms_masked.u16", raw_codes<std::uint16_t>(ms_masked.as<Fp16Code>(), ms_n));
+
   // --- meta.json ----------------------------------------------------------------------------------
   std::string flag_list;
   for (float f : flags) flag_list += std::string(flag_list.empty() ? "" : ", ") + (f != 0 ? "1" : "0");
@@ -219,7 +385,16 @@ int main(int argc, char** argv) {
       ",\n  \"growth_factor\": " + num(growth) + ",\n  \"backoff_factor\": " + num(backoff) +
       ",\n  \"growth_interval\": " + std::to_string(interval) + ",\n  \"flags\": [" + flag_list +
       "],\n  \"gemm\": {\"M\": " + std::to_string(M) + ", \"N\": " + std::to_string(N) +
-      ", \"K\": " + std::to_string(K) + "},\n  \"ours_ms\": {" + times + "}\n}\n";
+      ", \"K\": " + std::to_string(K) + "},\n  \"layer_norm\": {\"rows\": " + std::to_string(ln_rows) +
+      ", \"cols\": " + std::to_string(ln_cols) + ", \"eps\": " + num(ln_eps) +
+      "},\n  \"batch_norm\": {\"N\": " + std::to_string(bn_n) + ", \"C\": " + std::to_string(bn_c) +
+      ", \"HW\": " + std::to_string(bn_hw) + ", \"eps\": " + num(bn_eps) +
+      ", \"momentum\": " + num(bn_momentum) + ", \"weight\": 1.5, \"bias\": 0.25}" +
+      ",\n  \"cross_entropy\": {\"rows\": " + std::to_string(ce_rows) +
+      ", \"classes\": " + std::to_string(ce_classes) +
+      ", \"label_smoothing\": " + num(ce_options.label_smoothing) +
+      "},\n  \"masked_softmax\": {\"heads\": " + std::to_string(ms_heads) +
+      ", \"L\": " + std::to_string(ms_l) + "},\n  \"ours_ms\": {" + times + "}\n}\n";
   std::FILE* f = std::fopen((dir + "/meta.json").c_str(), "w");
   if (!f || std::fputs(meta.c_str(), f) < 0) {
     std::fprintf(stderr, "gpu_ops_dump: cannot write %s/meta.json\n", dir.c_str());

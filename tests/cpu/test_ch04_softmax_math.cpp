@@ -234,3 +234,25 @@ TEST_CASE("the max subtraction: float rows of large logits stay finite") {
   CHECK(p[2] == doctest::Approx(std::exp(-2.0) / s).epsilon(1e-6));
   CHECK(cross_entropy_row<float>(value, 3, 2, 0.0f) == doctest::Approx(2 + std::log(s)).epsilon(1e-6));
 }
+
+TEST_CASE("cross_entropy_of: a large max never meets log(sum) (the CPU rows and the CUDA kernels)") {
+  // Logits at 30000 with the target tied at the maximum: the loss is
+  // log 2 + a little. In float, m + log(sum) would be rounded to FP32's
+  // spacing at 30000 (2^-9) before z_y is taken off; log(sum) − (z_y − m)
+  // keeps the few-ulp accuracy of log(sum) itself.
+  const std::vector<float> z = {30000.0f, 30000.0f, 29984.0f, 29968.0f};
+  const auto value = [&](std::int64_t j) { return z[static_cast<std::size_t>(j)]; };
+  const long double want = std::log(2.0L + std::exp(-16.0L) + std::exp(-32.0L));
+  const MaxSum<float> s = row_max_sum<float>(value, 4);
+  for (float eps : {0.0f, 0.1f}) {
+    const float shifted = (0.0f + 0.0f) + (-16.0f) + (-32.0f);
+    const long double smooth = want + 48.0L / 4.0L;
+    const long double exact = (1 - static_cast<long double>(eps)) * want + eps * smooth;
+    const float got = cross_entropy_of(s, z[0], shifted, 4, eps);
+    CHECK(std::fabs(static_cast<long double>(got) - exact) <= 8 * 0x1p-24L * std::fabs(exact));
+    CHECK(got == cross_entropy_row<float>(value, 4, 0, eps));  // the row function is this formula
+  }
+  // The form it replaces, for contrast: off by far more than 8 ulps of the loss.
+  const float lse_form = (s.max + std::log(s.sum)) - z[0];
+  CHECK(std::fabs(static_cast<long double>(lse_form) - want) > 64 * 0x1p-24L * want);
+}

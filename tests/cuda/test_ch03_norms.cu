@@ -20,7 +20,12 @@
 //    mean and invstd with norm_math's formulas and rounded by mpt's Tensor
 //    writes; dx of BatchNorm's backward recomputed from the kernel's own
 //    Σdy and Σdy·x̂ (dbias, dweight);
-//  - LayerNorm's dweight and dbias (the kernel adds the rows in the CPU's order).
+//  - LayerNorm's dweight and dbias against a host model of the order each
+//    version states (nn_kernels.hpp): the CPU layer's FP32 terms, added row
+//    by row (simple), or row by row within chunks of 64 rows, the chunks'
+//    partial sums then in chunk order (fast). Not against the CPU layer's
+//    bits: its order is the simple version's today, but a CPU that sums
+//    differently (or more accurately) is held to the bound below instead.
 //
 // What may differ, and by how much. The reduction order differs (the CPU
 // adds the values of a channel one after the other, the GPU 256 threads
@@ -29,7 +34,8 @@
 // bounds from the count n and FP32's unit roundoff u = 2^-24, for each side
 // against the exact value (computed in double from the same inputs) and
 // doubled for the difference of the two sides:
-//  - a sum of n terms t in any order of additions: γ(n + 8)·Σ|t|, with
+//  - a sum of n terms t in any order of additions (BatchNorm's Σdy and
+//    Σdy·x̂, LayerNorm's dweight and dbias against the CPU layer's): γ(n + 8)·Σ|t|, with
 //    γ(k) = k·u/(1 − k·u) (Higham, Accuracy and Stability of Numerical
 //    Algorithms, 2nd ed., §4.2; the GPU's path is ⌈n/256⌉ + 8 additions
 //    deep, the CPU's n − 1);
@@ -82,6 +88,7 @@ using mpt::DType;
 using mpt::Fp16Code;
 using mpt::Shape;
 using mpt::Tensor;
+using mpt::cuda::NormVersion;
 using mpt::test::DeviceArray;
 using VecF = std::vector<float>;
 using VecD = std::vector<double>;
@@ -138,6 +145,10 @@ double ulp_in(DType d, double v) {
   const int e = (v == 0 || !std::isfinite(v)) ? s.emin() : std::max(std::ilogb(v), s.emin());
   return std::ldexp(1.0, e - s.mantissa_bits);
 }
+
+const char* version_name(NormVersion v) { return v == NormVersion::simple ? "simple" : "fast"; }
+/// Every version: each case runs with both.
+constexpr NormVersion kVersions[] = {NormVersion::simple, NormVersion::fast};
 
 /// The bits of a float.
 std::uint32_t bits(float v) {
@@ -448,76 +459,81 @@ void check_batch_norm_train(const BnCase& k, std::mt19937_64& rng, Worst& worst)
     const VecF rm_old = k.track ? widen(rm_before, C) : VecF{},
                rv_old = k.track ? widen(rv_before, C) : VecF{};
 
-    for (unsigned char poison : mpt::test::kPoisonBytes) {
-      Compare cmp{base + " forward " + std::to_string(f) + ", poison " + std::to_string(poison), 0, nullptr};
-      DeviceArray<X> d_x(x_codes);
-      DeviceArray<P> d_w(k.affine ? w_codes : std::vector<P>(1)), d_b(k.affine ? b_codes : std::vector<P>(1));
-      Out<X> d_y(N, poison);
-      Out<float> d_mean(C, poison), d_inv(C, poison);
-      InOut<P> d_rm(k.track ? rm_before : std::vector<P>{}, poison),
-          d_rv(k.track ? rv_before : std::vector<P>{}, poison);
-      mpt::cuda::batch_norm_forward_train(l.outer, l.channels, l.inner, d_x.get(),
-                                          k.affine ? d_w.get() : nullptr, k.affine ? d_b.get() : nullptr,
-                                          k.track ? d_rm.ptr() : nullptr, k.track ? d_rv.ptr() : nullptr, m,
-                                          k.eps, d_y.ptr(), d_mean.ptr(), d_inv.ptr());
-      const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N);
-      const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
-                 inv_g = d_inv.get(cmp.bad, cmp.label, "invstd");
-      const VecF rm_g = k.track ? widen(d_rm.get(cmp.bad, cmp.label, "running_mean"), C) : VecF{};
-      const VecF rv_g = k.track ? widen(d_rv.get(cmp.bad, cmp.label, "running_var"), C) : VecF{};
+    for (NormVersion v : kVersions)
+      for (unsigned char poison : mpt::test::kPoisonBytes) {
+        Compare cmp{base + " forward " + std::to_string(f) + ", " + version_name(v) + ", poison " +
+                        std::to_string(poison),
+                    0, nullptr};
+        DeviceArray<X> d_x(x_codes);
+        DeviceArray<P> d_w(k.affine ? w_codes : std::vector<P>(1)),
+            d_b(k.affine ? b_codes : std::vector<P>(1));
+        Out<X> d_y(N, poison);
+        Out<float> d_mean(C, poison), d_inv(C, poison);
+        InOut<P> d_rm(k.track ? rm_before : std::vector<P>{}, poison),
+            d_rv(k.track ? rv_before : std::vector<P>{}, poison);
+        mpt::cuda::batch_norm_forward_train(l.outer, l.channels, l.inner, d_x.get(),
+                                            k.affine ? d_w.get() : nullptr, k.affine ? d_b.get() : nullptr,
+                                            k.track ? d_rm.ptr() : nullptr, k.track ? d_rv.ptr() : nullptr, m,
+                                            k.eps, d_y.ptr(), d_mean.ptr(), d_inv.ptr(), v);
+        const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N);
+        const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
+                   inv_g = d_inv.get(cmp.bad, cmp.label, "invstd");
+        const VecF rm_g = k.track ? widen(d_rm.get(cmp.bad, cmp.label, "running_mean"), C) : VecF{};
+        const VecF rv_g = k.track ? widen(d_rv.get(cmp.bad, cmp.label, "running_var"), C) : VecF{};
 
-      // Statistics and running estimates against the CPU layer's.
-      cmp.worst = &worst.stats;
-      for (std::size_t c = 0; c < C; ++c) {
-        const Truth& t = truth[c];
-        if (!t.finite) {
-          cmp.both_nonfinite("mean", c, mean_g[c], mean_c[c]);
-          cmp.close("invstd", c, inv_g[c], inv_c[c], 0);  // NaN on both sides
-          continue;
-        }
-        cmp.close("mean", c, mean_g[c], mean_c[c], 2 * t.mean_bound());
-        cmp.close("invstd", c, inv_g[c], inv_c[c], 2 * t.invstd_bound(k.eps));
-      }
-      if (k.track) {
-        cmp.worst = &worst.running;
+        // Statistics and running estimates against the CPU layer's.
+        cmp.worst = &worst.stats;
         for (std::size_t c = 0; c < C; ++c) {
           const Truth& t = truth[c];
           if (!t.finite) {
-            cmp.both_nonfinite("running_mean", c, rm_g[c], rm_c[c]);
-            cmp.close("running_var", c, rv_g[c], rv_c[c], 0);  // NaN on both sides
+            cmp.both_nonfinite("mean", c, mean_g[c], mean_c[c]);
+            cmp.close("invstd", c, inv_g[c], inv_c[c], 0);  // NaN on both sides
             continue;
           }
-          const double unbiased = t.m2 / (t.n - 1), dunb = t.m2_bound() / (t.n - 1) + kU * unbiased;
-          const double tol_m =
-              2 * (m * t.mean_bound() +
-                   4 * kU * ((1 - m) * std::fabs(rm_old[c]) + m * (std::fabs(t.mean) + t.mean_bound())));
-          const double tol_v =
-              2 * (m * dunb + 4 * kU * ((1 - m) * std::fabs(rv_old[c]) + m * (unbiased + dunb)));
-          cmp.close("running_mean", c, rm_g[c], rm_c[c],
-                    tol_m + ulp_in(pd, std::max(std::fabs(rm_g[c]), std::fabs(rm_c[c]))));
-          cmp.close("running_var", c, rv_g[c], rv_c[c],
-                    tol_v + ulp_in(pd, std::max(std::fabs(rv_g[c]), std::fabs(rv_c[c]))));
+          cmp.close("mean", c, mean_g[c], mean_c[c], 2 * t.mean_bound());
+          cmp.close("invstd", c, inv_g[c], inv_c[c], 2 * t.invstd_bound(k.eps));
         }
-      }
-      // y: the CPU layer's within the tolerance, and the host formulas on the
-      // kernel's own statistics bit for bit.
-      cmp.worst = &worst.y;
-      VecF y_host(N);
-      for (std::int64_t n = 0; n < l.outer; ++n)
-        for (std::int64_t c = 0; c < l.channels; ++c)
-          for (std::int64_t i = 0; i < l.inner; ++i) {
-            const auto e = static_cast<std::size_t>(l.offset(n, c, i)), cc = static_cast<std::size_t>(c);
-            y_host[e] = mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[cc], inv_g[cc]),
-                                                    wf[cc], bf[cc]);
-            const Truth& t = truth[cc];
-            if (t.finite)
-              cmp.close("y", e, yg[e], yc[e], y_tolerance(xd, xf[e], yg[e], yc[e], t, k.eps, wf[cc], bf[cc]));
-            else cmp.close("y", e, yg[e], yc[e], 0);  // NaN on both sides
+        if (k.track) {
+          cmp.worst = &worst.running;
+          for (std::size_t c = 0; c < C; ++c) {
+            const Truth& t = truth[c];
+            if (!t.finite) {
+              cmp.both_nonfinite("running_mean", c, rm_g[c], rm_c[c]);
+              cmp.close("running_var", c, rv_g[c], rv_c[c], 0);  // NaN on both sides
+              continue;
+            }
+            const double unbiased = t.m2 / (t.n - 1), dunb = t.m2_bound() / (t.n - 1) + kU * unbiased;
+            const double tol_m =
+                2 * (m * t.mean_bound() +
+                     4 * kU * ((1 - m) * std::fabs(rm_old[c]) + m * (std::fabs(t.mean) + t.mean_bound())));
+            const double tol_v =
+                2 * (m * dunb + 4 * kU * ((1 - m) * std::fabs(rv_old[c]) + m * (unbiased + dunb)));
+            cmp.close("running_mean", c, rm_g[c], rm_c[c],
+                      tol_m + ulp_in(pd, std::max(std::fabs(rm_g[c]), std::fabs(rm_c[c]))));
+            cmp.close("running_var", c, rv_g[c], rv_c[c],
+                      tol_v + ulp_in(pd, std::max(std::fabs(rv_g[c]), std::fabs(rv_c[c]))));
           }
-      const VecF y_host_x = round_into<X>(y_host);
-      for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
-      CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
-    }
+        }
+        // y: the CPU layer's within the tolerance, and the host formulas on the
+        // kernel's own statistics bit for bit.
+        cmp.worst = &worst.y;
+        VecF y_host(N);
+        for (std::int64_t n = 0; n < l.outer; ++n)
+          for (std::int64_t c = 0; c < l.channels; ++c)
+            for (std::int64_t i = 0; i < l.inner; ++i) {
+              const auto e = static_cast<std::size_t>(l.offset(n, c, i)), cc = static_cast<std::size_t>(c);
+              y_host[e] = mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[cc], inv_g[cc]),
+                                                      wf[cc], bf[cc]);
+              const Truth& t = truth[cc];
+              if (t.finite)
+                cmp.close("y", e, yg[e], yc[e],
+                          y_tolerance(xd, xf[e], yg[e], yc[e], t, k.eps, wf[cc], bf[cc]));
+              else cmp.close("y", e, yg[e], yc[e], 0);  // NaN on both sides
+            }
+        const VecF y_host_x = round_into<X>(y_host);
+        for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
+        CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
+      }
   }
 
   // Backward from the last forward, on the CPU layer's statistics: the terms
@@ -545,57 +561,58 @@ void check_batch_norm_train(const BnCase& k, std::mt19937_64& rng, Worst& worst)
         a_gx[cc] += std::fabs(wf[cc] * dyf[e] * xhat[e]);
       }
   const double count = static_cast<double>(l.count());
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp{base + " backward, poison " + std::to_string(poison), 0, nullptr};
-    DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
-    DeviceArray<float> d_mean(mean_c), d_inv(inv_c);
-    DeviceArray<P> d_w(k.affine ? w_codes : std::vector<P>(1));
-    Out<X> d_dx(N, poison);
-    Out<float> d_dw(C, poison), d_db(C, poison);
-    // dweight and dbias also without affine: the host check of dx reads them.
-    mpt::cuda::batch_norm_backward(l.outer, l.channels, l.inner, d_x.get(), d_dy.get(), d_mean.get(),
-                                   d_inv.get(), k.affine ? d_w.get() : nullptr, true, d_dx.ptr(), d_dw.ptr(),
-                                   d_db.ptr());
-    const VecF dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
-    const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
-    cmp.worst = &worst.grads;
-    if (k.affine) {
-      // The layer's grads are the FP32 sums rounded into P.
-      const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
-      for (std::size_t c = 0; c < C; ++c) {
-        const double n = count;
-        cmp.close(
-            "dweight", c, dwg_p[c], dw_c[c],
-            2 * gamma_n(n + 8) * a_dyx[c] + ulp_in(pd, std::max(std::fabs(dwg_p[c]), std::fabs(dw_c[c]))));
-        cmp.close(
-            "dbias", c, dbg_p[c], db_c[c],
-            2 * gamma_n(n + 8) * a_dy[c] + ulp_in(pd, std::max(std::fabs(dbg_p[c]), std::fabs(db_c[c]))));
-      }
-    }
-    cmp.worst = &worst.dx;
-    VecF dx_host(N);
-    for (std::int64_t n = 0; n < l.outer; ++n)
-      for (std::int64_t c = 0; c < l.channels; ++c)
-        for (std::int64_t i = 0; i < l.inner; ++i) {
-          const auto e = static_cast<std::size_t>(l.offset(n, c, i)), cc = static_cast<std::size_t>(c);
-          // Bit for bit: the formula on the kernel's own sums.
-          const float g = wf[cc] * dyf[e];
-          dx_host[e] = mpt::norm_math::input_grad_batch(
-              inv_c[cc], static_cast<float>(count), g, wf[cc] * dbg[cc],
-              mpt::norm_math::normalize(xf[e], mean_c[cc], inv_c[cc]), wf[cc] * dwg[cc]);
-          // Against the CPU layer: the sums' bounds through the formula.
-          const double a = inv_c[cc] / count, sg = wf[cc] * s_dy[cc], sgx = wf[cc] * s_dyx[cc];
-          const double d_sg = 2 * gamma_n(count + 9) * a_g[cc], d_sgx = 2 * gamma_n(count + 10) * a_gx[cc];
-          const double terms = count * std::fabs(g) + std::fabs(sg) + std::fabs(xhat[e] * sgx);
-          const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
-                             4 * kU * std::fabs(dxc[e]) +
-                             ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
-          cmp.close("dx", e, dxg[e], dxc[e], tol);
+  for (NormVersion v : kVersions)
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp{base + " backward, " + version_name(v) + ", poison " + std::to_string(poison), 0, nullptr};
+      DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
+      DeviceArray<float> d_mean(mean_c), d_inv(inv_c);
+      DeviceArray<P> d_w(k.affine ? w_codes : std::vector<P>(1));
+      Out<X> d_dx(N, poison);
+      Out<float> d_dw(C, poison), d_db(C, poison);
+      // dweight and dbias also without affine: the host check of dx reads them.
+      mpt::cuda::batch_norm_backward(l.outer, l.channels, l.inner, d_x.get(), d_dy.get(), d_mean.get(),
+                                     d_inv.get(), k.affine ? d_w.get() : nullptr, true, d_dx.ptr(),
+                                     d_dw.ptr(), d_db.ptr(), v);
+      const VecF dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
+      const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
+      cmp.worst = &worst.grads;
+      if (k.affine) {
+        // The layer's grads are the FP32 sums rounded into P.
+        const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+        for (std::size_t c = 0; c < C; ++c) {
+          const double n = count;
+          cmp.close(
+              "dweight", c, dwg_p[c], dw_c[c],
+              2 * gamma_n(n + 8) * a_dyx[c] + ulp_in(pd, std::max(std::fabs(dwg_p[c]), std::fabs(dw_c[c]))));
+          cmp.close(
+              "dbias", c, dbg_p[c], db_c[c],
+              2 * gamma_n(n + 8) * a_dy[c] + ulp_in(pd, std::max(std::fabs(dbg_p[c]), std::fabs(db_c[c]))));
         }
-    const VecF dx_host_x = round_into<X>(dx_host);
-    for (std::size_t e = 0; e < N; ++e) cmp.same("dx from the kernel's sums", e, dxg[e], dx_host_x[e]);
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
-  }
+      }
+      cmp.worst = &worst.dx;
+      VecF dx_host(N);
+      for (std::int64_t n = 0; n < l.outer; ++n)
+        for (std::int64_t c = 0; c < l.channels; ++c)
+          for (std::int64_t i = 0; i < l.inner; ++i) {
+            const auto e = static_cast<std::size_t>(l.offset(n, c, i)), cc = static_cast<std::size_t>(c);
+            // Bit for bit: the formula on the kernel's own sums.
+            const float g = wf[cc] * dyf[e];
+            dx_host[e] = mpt::norm_math::input_grad_batch(
+                inv_c[cc], static_cast<float>(count), g, wf[cc] * dbg[cc],
+                mpt::norm_math::normalize(xf[e], mean_c[cc], inv_c[cc]), wf[cc] * dwg[cc]);
+            // Against the CPU layer: the sums' bounds through the formula.
+            const double a = inv_c[cc] / count, sg = wf[cc] * s_dy[cc], sgx = wf[cc] * s_dyx[cc];
+            const double d_sg = 2 * gamma_n(count + 9) * a_g[cc], d_sgx = 2 * gamma_n(count + 10) * a_gx[cc];
+            const double terms = count * std::fabs(g) + std::fabs(sg) + std::fabs(xhat[e] * sgx);
+            const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
+                               4 * kU * std::fabs(dxc[e]) +
+                               ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
+            cmp.close("dx", e, dxg[e], dxc[e], tol);
+          }
+      const VecF dx_host_x = round_into<X>(dx_host);
+      for (std::size_t e = 0; e < N; ++e) cmp.same("dx from the kernel's sums", e, dxg[e], dx_host_x[e]);
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
+    }
 }
 
 /// Eval mode: the running estimates normalize, nothing is reduced in the
@@ -650,39 +667,41 @@ void check_batch_norm_eval(const Shape& shape, Inputs kind, bool affine, std::mt
         a_dy[cc] += std::fabs(dyf[e]);
         a_dyx[cc] += std::fabs(dyf[e] * xhat);
       }
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp{base + ", poison " + std::to_string(poison), 0, &worst.grads};
-    DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
-    DeviceArray<P> d_w(w_codes), d_b(b_codes), d_rm(rm_codes), d_rv(rv_codes);
-    DeviceArray<float> d_mean(used_mean), d_inv(used_inv);
-    Out<X> d_y(N, poison), d_dx(N, poison);
-    Out<float> d_dw(C, poison), d_db(C, poison);
-    mpt::cuda::batch_norm_forward_eval(l.outer, l.channels, l.inner, d_x.get(), affine ? d_w.get() : nullptr,
-                                       affine ? d_b.get() : nullptr, d_rm.get(), d_rv.get(), kEps, d_y.ptr());
-    mpt::cuda::batch_norm_backward(l.outer, l.channels, l.inner, d_x.get(), d_dy.get(), d_mean.get(),
-                                   d_inv.get(), affine ? d_w.get() : nullptr, false, d_dx.ptr(), d_dw.ptr(),
-                                   d_db.ptr());
-    const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
-               dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
-    const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
-    for (std::size_t e = 0; e < N; ++e) {
-      cmp.same("y", e, yg[e], yc[e]);
-      cmp.same("dx", e, dxg[e], dxc[e]);
-    }
-    if (affine) {
-      const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
-      const double n = static_cast<double>(l.count());
-      for (std::size_t c = 0; c < C; ++c) {
-        cmp.close(
-            "dweight", c, dwg_p[c], dw_c[c],
-            2 * gamma_n(n + 8) * a_dyx[c] + ulp_in(pd, std::max(std::fabs(dwg_p[c]), std::fabs(dw_c[c]))));
-        cmp.close(
-            "dbias", c, dbg_p[c], db_c[c],
-            2 * gamma_n(n + 8) * a_dy[c] + ulp_in(pd, std::max(std::fabs(dbg_p[c]), std::fabs(db_c[c]))));
+  for (NormVersion v : kVersions)
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp{base + ", " + version_name(v) + ", poison " + std::to_string(poison), 0, &worst.grads};
+      DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
+      DeviceArray<P> d_w(w_codes), d_b(b_codes), d_rm(rm_codes), d_rv(rv_codes);
+      DeviceArray<float> d_mean(used_mean), d_inv(used_inv);
+      Out<X> d_y(N, poison), d_dx(N, poison);
+      Out<float> d_dw(C, poison), d_db(C, poison);
+      mpt::cuda::batch_norm_forward_eval(l.outer, l.channels, l.inner, d_x.get(),
+                                         affine ? d_w.get() : nullptr, affine ? d_b.get() : nullptr,
+                                         d_rm.get(), d_rv.get(), kEps, d_y.ptr(), v);
+      mpt::cuda::batch_norm_backward(l.outer, l.channels, l.inner, d_x.get(), d_dy.get(), d_mean.get(),
+                                     d_inv.get(), affine ? d_w.get() : nullptr, false, d_dx.ptr(), d_dw.ptr(),
+                                     d_db.ptr(), v);
+      const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
+                 dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
+      const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
+      for (std::size_t e = 0; e < N; ++e) {
+        cmp.same("y", e, yg[e], yc[e]);
+        cmp.same("dx", e, dxg[e], dxc[e]);
       }
+      if (affine) {
+        const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+        const double n = static_cast<double>(l.count());
+        for (std::size_t c = 0; c < C; ++c) {
+          cmp.close(
+              "dweight", c, dwg_p[c], dw_c[c],
+              2 * gamma_n(n + 8) * a_dyx[c] + ulp_in(pd, std::max(std::fabs(dwg_p[c]), std::fabs(dw_c[c]))));
+          cmp.close(
+              "dbias", c, dbg_p[c], db_c[c],
+              2 * gamma_n(n + 8) * a_dy[c] + ulp_in(pd, std::max(std::fabs(dbg_p[c]), std::fabs(db_c[c]))));
+        }
+      }
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
     }
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
-  }
 }
 
 /// One LayerNorm forward and backward: x of x_shape normalized over its
@@ -747,76 +766,125 @@ void check_layer_norm(const LnCase& k, std::mt19937_64& rng, Worst& worst) {
       a_gx[r] += std::fabs(g * xhat[e]);
     }
 
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp{base + ", poison " + std::to_string(poison), 0, nullptr};
-    DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
-    DeviceArray<P> d_w(w_codes), d_b(b_codes);
-    DeviceArray<float> d_mean_c(mean_c), d_rstd_c(rstd_c);
-    Out<X> d_y(N, poison), d_dx(N, poison);
-    Out<float> d_mean(R, poison), d_rstd(R, poison), d_dw(D, poison), d_db(D, poison);
-    mpt::cuda::layer_norm_forward(rows, cols, d_x.get(), k.affine ? d_w.get() : nullptr,
-                                  k.affine ? d_b.get() : nullptr, kEps, d_y.ptr(), d_mean.ptr(),
-                                  d_rstd.ptr());
-    // Backward on the CPU layer's statistics (the same terms on both sides).
-    mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean_c.get(), d_rstd_c.get(),
-                                   k.affine ? d_w.get() : nullptr, d_dx.ptr(), d_dw.ptr(), d_db.ptr());
-    const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
-               dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
-    const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
-               rstd_g = d_rstd.get(cmp.bad, cmp.label, "rstd");
-    const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
-
-    cmp.worst = &worst.stats;
-    for (std::size_t r = 0; r < R; ++r) {
-      const Truth& t = truth[r];
-      if (!t.finite) {
-        cmp.both_nonfinite("mean", r, mean_g[r], mean_c[r]);
-        cmp.close("rstd", r, rstd_g[r], rstd_c[r], 0);  // NaN on both sides
-        continue;
-      }
-      cmp.close("mean", r, mean_g[r], mean_c[r], 2 * t.mean_bound());
-      cmp.close("rstd", r, rstd_g[r], rstd_c[r], 2 * t.invstd_bound(kEps));
-    }
-    cmp.worst = &worst.y;
-    VecF y_host(N);
-    for (std::size_t r = 0; r < R; ++r)
+  // dweight and dbias as the kernels add them (nn_kernels.hpp): the CPU
+  // layer's FP32 terms dy·x̂ and dy, row by row within chunks of `chunk`
+  // rows, the chunks' partial sums then added in order; the simple version
+  // is one chunk of every row. And Σ|terms| for the bound against the CPU.
+  auto chunked = [&](std::int64_t chunk, VecF& dw, VecF& db) {
+    dw.assign(D, 0.0f);
+    db.assign(D, 0.0f);
+    for (std::size_t first = 0; first < R; first += static_cast<std::size_t>(chunk)) {
+      const std::size_t end = std::min(R, first + static_cast<std::size_t>(chunk));
       for (std::size_t i = 0; i < D; ++i) {
-        const std::size_t e = r * D + i;
-        y_host[e] =
-            mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[r], rstd_g[r]), wf[i], bf[i]);
+        float pw = 0.0f, pb = 0.0f;
+        for (std::size_t r = first; r < end; ++r) {
+          const std::size_t e = r * D + i;
+          pw += dyf[e] * mpt::norm_math::normalize(xf[e], mean_c[r], rstd_c[r]);
+          pb += dyf[e];
+        }
+        dw[i] += pw;
+        db[i] += pb;
+      }
+    }
+  };
+  VecF dw_simple, db_simple, dw_fast, db_fast;
+  chunked(std::max<std::int64_t>(rows, 1), dw_simple, db_simple);
+  chunked(mpt::cuda::layer_norm_dweight_chunk_rows(rows), dw_fast, db_fast);
+  VecD a_dw(D), a_db(D);
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t i = 0; i < D; ++i) {
+      const std::size_t e = r * D + i;
+      a_dw[i] += std::fabs(static_cast<double>(dyf[e]) * xhat[e]);
+      a_db[i] += std::fabs(dyf[e]);
+    }
+
+  for (NormVersion v : kVersions)
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp{base + ", " + version_name(v) + ", poison " + std::to_string(poison), 0, nullptr};
+      DeviceArray<X> d_x(x_codes), d_dy(dy_codes);
+      DeviceArray<P> d_w(w_codes), d_b(b_codes);
+      DeviceArray<float> d_mean_c(mean_c), d_rstd_c(rstd_c);
+      Out<X> d_y(N, poison), d_dx(N, poison);
+      Out<float> d_mean(R, poison), d_rstd(R, poison), d_dw(D, poison), d_db(D, poison);
+      mpt::cuda::layer_norm_forward(rows, cols, d_x.get(), k.affine ? d_w.get() : nullptr,
+                                    k.affine ? d_b.get() : nullptr, kEps, d_y.ptr(), d_mean.ptr(),
+                                    d_rstd.ptr(), v);
+      // Backward on the CPU layer's statistics (the same terms on both sides).
+      mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean_c.get(), d_rstd_c.get(),
+                                     k.affine ? d_w.get() : nullptr, d_dx.ptr(), d_dw.ptr(), d_db.ptr(), v);
+      const VecF yg = widen(d_y.get(cmp.bad, cmp.label, "y"), N),
+                 dxg = widen(d_dx.get(cmp.bad, cmp.label, "dx"), N);
+      const VecF mean_g = d_mean.get(cmp.bad, cmp.label, "mean"),
+                 rstd_g = d_rstd.get(cmp.bad, cmp.label, "rstd");
+      const VecF dwg = d_dw.get(cmp.bad, cmp.label, "dweight"), dbg = d_db.get(cmp.bad, cmp.label, "dbias");
+
+      cmp.worst = &worst.stats;
+      for (std::size_t r = 0; r < R; ++r) {
         const Truth& t = truth[r];
-        cmp.close("y", e, yg[e], yc[e],
-                  t.finite ? y_tolerance(xd, xf[e], yg[e], yc[e], t, kEps, wf[i], bf[i]) : 0);
+        if (!t.finite) {
+          cmp.both_nonfinite("mean", r, mean_g[r], mean_c[r]);
+          cmp.close("rstd", r, rstd_g[r], rstd_c[r], 0);  // NaN on both sides
+          continue;
+        }
+        cmp.close("mean", r, mean_g[r], mean_c[r], 2 * t.mean_bound());
+        cmp.close("rstd", r, rstd_g[r], rstd_c[r], 2 * t.invstd_bound(kEps));
       }
-    const VecF y_host_x = round_into<X>(y_host);
-    for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
+      cmp.worst = &worst.y;
+      VecF y_host(N);
+      for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t e = r * D + i;
+          y_host[e] = mpt::norm_math::scale_shift(mpt::norm_math::normalize(xf[e], mean_g[r], rstd_g[r]),
+                                                  wf[i], bf[i]);
+          const Truth& t = truth[r];
+          cmp.close("y", e, yg[e], yc[e],
+                    t.finite ? y_tolerance(xd, xf[e], yg[e], yc[e], t, kEps, wf[i], bf[i]) : 0);
+        }
+      const VecF y_host_x = round_into<X>(y_host);
+      for (std::size_t e = 0; e < N; ++e) cmp.same("y from the kernel's statistics", e, yg[e], y_host_x[e]);
 
-    cmp.worst = &worst.dx;
-    const double count = static_cast<double>(cols);
-    for (std::size_t r = 0; r < R; ++r) {
-      const double a = rstd_c[r] / count;
-      const double d_sg = 2 * gamma_n(count + 8) * a_g[r], d_sgx = 2 * gamma_n(count + 8) * a_gx[r];
-      for (std::size_t i = 0; i < D; ++i) {
-        const std::size_t e = r * D + i;
-        const double g = static_cast<double>(wf[i]) * dyf[e];
-        const double terms = count * std::fabs(g) + std::fabs(s_g[r]) + std::fabs(xhat[e] * s_gx[r]);
-        const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
-                           4 * kU * std::fabs(dxc[e]) +
-                           ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
-        cmp.close("dx", e, dxg[e], dxc[e], tol);
+      cmp.worst = &worst.dx;
+      const double count = static_cast<double>(cols);
+      for (std::size_t r = 0; r < R; ++r) {
+        const double a = rstd_c[r] / count;
+        const double d_sg = 2 * gamma_n(count + 8) * a_g[r], d_sgx = 2 * gamma_n(count + 8) * a_gx[r];
+        for (std::size_t i = 0; i < D; ++i) {
+          const std::size_t e = r * D + i;
+          const double g = static_cast<double>(wf[i]) * dyf[e];
+          const double terms = count * std::fabs(g) + std::fabs(s_g[r]) + std::fabs(xhat[e] * s_gx[r]);
+          const double tol = a * (d_sg + std::fabs(xhat[e]) * d_sgx) + 2 * (4 * kU * a * terms) +
+                             4 * kU * std::fabs(dxc[e]) +
+                             ulp_in(xd, std::max(std::fabs(dxg[e]), std::fabs(dxc[e])));
+          cmp.close("dx", e, dxg[e], dxc[e], tol);
+        }
       }
-    }
-    // dweight, dbias: the rows added in the CPU's order, so its FP32 sums;
-    // the layer's grads are those rounded into P.
-    if (k.affine) {
-      const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+      // dweight, dbias: bit for bit the sums in the order the version states
+      // (computed even without affine: the kernel is asked for them), and,
+      // rounded into P as the layer's grads are, within the order-independent
+      // bound of the CPU layer's: each side is within γ(rows + 8)·Σ|terms| of
+      // the exact sum of the same terms, whatever order either adds them in
+      // (a CPU that adds them more accurately stays inside it).
+      const VecF& dw_want = v == NormVersion::simple ? dw_simple : dw_fast;
+      const VecF& db_want = v == NormVersion::simple ? db_simple : db_fast;
       for (std::size_t i = 0; i < D; ++i) {
-        cmp.same("dweight", i, dwg_p[i], dw_c[i]);
-        cmp.same("dbias", i, dbg_p[i], db_c[i]);
+        cmp.same("dweight (the version's order)", i, dwg[i], dw_want[i]);
+        cmp.same("dbias (the version's order)", i, dbg[i], db_want[i]);
       }
+      cmp.worst = &worst.grads;
+      if (k.affine) {
+        const VecF dwg_p = round_into<P>(dwg), dbg_p = round_into<P>(dbg);
+        const double n = static_cast<double>(rows);
+        for (std::size_t i = 0; i < D; ++i) {
+          cmp.close(
+              "dweight", i, dwg_p[i], dw_c[i],
+              2 * gamma_n(n + 8) * a_dw[i] + ulp_in(pd, std::max(std::fabs(dwg_p[i]), std::fabs(dw_c[i]))));
+          cmp.close(
+              "dbias", i, dbg_p[i], db_c[i],
+              2 * gamma_n(n + 8) * a_db[i] + ulp_in(pd, std::max(std::fabs(dbg_p[i]), std::fabs(db_c[i]))));
+        }
+      }
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
     }
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label, ": ", cmp.bad, " mismatches");
-  }
 }
 
 /// f(X{}, P{}) for every pair of storage types.
@@ -844,8 +912,12 @@ void for_common_pairs(F&& f) {
   f(Bf16Code{}, float{});
 }
 
-const Shape kBnShapes[] = {{2, 3},         {5, 3},        {300, 5},      {16, 4, 7},
-                           {7, 3, 40},     {2, 4, 1000},  {1, 2, 3, 3},  {4, 6, 5, 5},
+// [N, C] (inner 1: version 2 reads it 32 channels of a row at a time, in
+// chunks of 256 rows: 1000 rows of 40 channels are 4 chunks and two column
+// blocks, the second one mostly idle) and [N, C, ...] (version 2: chunks of
+// 4096 values of a channel; [8, 3, 64, 64] has 8 of them, [2, 4, 5000] 3).
+const Shape kBnShapes[] = {{2, 3},         {5, 3},        {300, 5},      {1000, 40},   {16, 4, 7},
+                           {7, 3, 40},     {2, 4, 1000},  {2, 4, 5000},  {1, 2, 3, 3}, {4, 6, 5, 5},
                            {3, 2, 17, 19}, {64, 8, 8, 8}, {8, 3, 64, 64}};
 
 }  // namespace
@@ -928,9 +1000,20 @@ TEST_CASE("layer_norm: every dtype pair and row length against mpt::LayerNorm, r
   std::mt19937_64 rng(mpt::test::test_seed() + 4);
   Worst worst;
   const LnCase cases[] = {
-      {{3, 1}, {1}},      {{4, 2}, {2}},       {{7, 5}, {5}},       {{5, 32}, {32}},
-      {{9, 33}, {33}},    {{17, 768}, {768}},  {{3, 1000}, {1000}}, {{2, 4100}, {4100}},
-      {{2, 3, 20}, {20}}, {{5, 3, 4}, {3, 4}}, {{70, 64}, {64}},
+      {{3, 1}, {1}},
+      {{4, 2}, {2}},
+      {{7, 5}, {5}},
+      {{5, 32}, {32}},
+      {{9, 33}, {33}},
+      {{17, 768}, {768}},
+      {{3, 1000}, {1000}},
+      {{2, 4100}, {4100}},
+      {{2, 3, 20}, {20}},
+      {{5, 3, 4}, {3, 4}},
+      {{70, 64}, {64}},
+      // several chunks of 64 rows for the fast dweight (the last one short)
+      {{129, 33}, {33}},
+      {{4, 75, 40}, {40}},
   };
   for (const LnCase& c : cases)
     for_every_pair([&](auto x, auto p) { check_layer_norm<decltype(x), decltype(p)>(c, rng, worst); });
@@ -945,7 +1028,7 @@ TEST_CASE("layer_norm: mean 1000, constant rows, |x| >= 256, ±max and subnormal
   Worst worst;
   for (Inputs kind :
        {Inputs::mean_1000, Inputs::constant, Inputs::large, Inputs::extremes, Inputs::nonfinite})
-    for (const Shape& s : {Shape{4, 7}, Shape{9, 300}, Shape{5, 2048}})
+    for (const Shape& s : {Shape{4, 7}, Shape{9, 300}, Shape{5, 2048}, Shape{130, 20}})
       for_common_pairs([&](auto x, auto p) {
         check_layer_norm<decltype(x), decltype(p)>({s, {s[1]}, kind, true}, rng, worst);
       });
@@ -954,8 +1037,9 @@ TEST_CASE("layer_norm: mean 1000, constant rows, |x| >= 256, ±max and subnormal
 
 TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") {
   // tools/gpu_report.sh runs this case under memcheck and racecheck: every
-  // kernel once, on shapes that leave threads and warps idle and carry the
-  // channel walk across rows, in f16 with f32 parameters and in bf16.
+  // kernel of both versions once, on shapes that leave threads and warps
+  // idle and carry the channel walk across rows, in f16 with f32 parameters
+  // and in bf16.
   std::mt19937_64 rng(mpt::test::test_seed() + 6);
   Worst worst;
   BnCase k;
@@ -966,12 +1050,17 @@ TEST_CASE("norm kernels: a small case of every kernel (for compute-sanitizer)") 
   check_batch_norm_eval<Fp16Code, float>({2, 3, 5}, Inputs::normal, true, rng, worst);
   check_layer_norm<Fp16Code, float>({{9, 33}, {33}, Inputs::normal, true}, rng, worst);
   check_layer_norm<Bf16Code, Bf16Code>({{3, 300}, {300}, Inputs::normal, true}, rng, worst);
+  // Rows of whole 16-byte vectors (the fast LayerNorm's), and more than one
+  // chunk of rows for the fast dγ, dβ.
+  check_layer_norm<Fp16Code, float>({{70, 40}, {40}, Inputs::normal, true}, rng, worst);
   worst.print("small cases");
 }
 
 TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, with the same bits") {
   std::mt19937_64 rng(mpt::test::test_seed() + 7);
-  const std::int64_t rows = 12, cols = 40;  // BatchNorm [4, 3, 40]; LayerNorm [12, 40]
+  // BatchNorm [44, 3, 40]; LayerNorm [132, 40]: three chunks of rows for the
+  // fast dweight, whose partial sums of dbias alone sit where dweight's would.
+  const std::int64_t rows = 132, cols = 40;
   const auto n = static_cast<std::size_t>(rows * cols);
   const VecF xv = normal_values(n, 0.5f, 1.5f, rng), dyv = normal_values(n, 0.0f, 1.0f, rng);
   std::vector<Fp16Code> xc(n), dyc(n);
@@ -987,7 +1076,7 @@ TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, wit
     std::vector<Fp16Code> dx;
     VecF dw, db;
   };
-  auto run = [&](bool layer, bool dx, bool sums) {
+  auto run = [&](bool layer, bool dx, bool dw, bool db) {
     const auto na = static_cast<std::size_t>(layer ? cols : 3);
     DeviceArray<Fp16Code> o_dx(n);
     DeviceArray<float> o_dw(na), o_db(na);
@@ -996,25 +1085,179 @@ TEST_CASE("norm backward kernels: asked for fewer outputs, they write those, wit
     o_db.poison();
     if (layer)
       mpt::cuda::layer_norm_backward(rows, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
-                                     dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
-                                     sums ? o_db.get() : none);
+                                     dx ? o_dx.get() : no_dx, dw ? o_dw.get() : none, db ? o_db.get() : none);
     else
-      mpt::cuda::batch_norm_backward(4, 3, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
-                                     true, dx ? o_dx.get() : no_dx, sums ? o_dw.get() : none,
-                                     sums ? o_db.get() : none);
+      mpt::cuda::batch_norm_backward(44, 3, cols, d_x.get(), d_dy.get(), d_mean.get(), d_inv.get(), d_w.get(),
+                                     true, dx ? o_dx.get() : no_dx, dw ? o_dw.get() : none,
+                                     db ? o_db.get() : none);
     return Outputs{o_dx.download(), o_dw.download(), o_db.download()};
   };
   for (bool layer : {false, true}) {
     CAPTURE(layer);
-    const Outputs all = run(layer, true, true), dx_only = run(layer, true, false),
-                  sums_only = run(layer, false, true);
+    const Outputs all = run(layer, true, true, true), dx_only = run(layer, true, false, false),
+                  sums_only = run(layer, false, true, true), dw_only = run(layer, false, true, false),
+                  db_only = run(layer, false, false, true);
     CHECK(mpt::test::code_bits(dx_only.dx) == mpt::test::code_bits(all.dx));
     for (std::size_t i = 0; i < all.dw.size(); ++i) {
       CHECK(bits(sums_only.dw[i]) == bits(all.dw[i]));
       CHECK(bits(sums_only.db[i]) == bits(all.db[i]));
+      CHECK(bits(dw_only.dw[i]) == bits(all.dw[i]));
+      CHECK(bits(db_only.db[i]) == bits(all.db[i]));
       CHECK(bits(dx_only.dw[i]) == 0xffffffffu);  // not asked for: still the poison
+      CHECK(bits(dw_only.db[i]) == 0xffffffffu);
+      CHECK(bits(db_only.dw[i]) == 0xffffffffu);
     }
     CHECK(mpt::test::code_bits(sums_only.dx[0]) == 0xffffu);
+  }
+}
+
+namespace {
+
+/// n elements at `offset` elements into a fresh device array (the front
+/// elements poisoned): offset 1 puts a 2- or 4-byte array off the 16-byte
+/// boundary cudaMalloc gives.
+template <class T>
+struct Placed {
+  Placed(const std::vector<T>& v, std::size_t offset) : d(v.size() + offset), at(offset), n(v.size()) {
+    d.poison();
+    if (!v.empty())
+      mpt::test::cuda_ok(cudaMemcpy(d.get() + offset, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+                         "upload");
+  }
+  T* ptr() const { return d.get() + at; }
+  std::vector<T> get() const {
+    std::vector<T> out(n);
+    mpt::test::cuda_ok(cudaMemcpy(out.data(), ptr(), n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return out;
+  }
+  DeviceArray<T> d;
+  std::size_t at, n;
+};
+
+template <class T>
+std::vector<std::uint32_t> all_bits(const std::vector<T>& v) {
+  std::vector<std::uint32_t> out;
+  for (const T& x : v) {
+    std::uint32_t b = 0;
+    std::memcpy(&b, &x, sizeof x);
+    out.push_back(b);
+  }
+  return out;
+}
+
+/// LayerNorm forward and backward with every array at its own offset (in
+/// elements: 0 aligned, 1 off the 16-byte boundary), the backward on given
+/// statistics (empty: zeros) so that it does not depend on which forward
+/// ran: y, mean, rstd, dx, dweight, dbias as bits.
+template <class X, class P>
+std::vector<std::vector<std::uint32_t>> layer_norm_run(std::int64_t rows, std::int64_t cols, const VecF& xv,
+                                                       const VecF& dyv, const VecF& wv, const VecF& bv,
+                                                       const VecF& mean_in, const VecF& rstd_in,
+                                                       NormVersion v, std::size_t x_at, std::size_t y_at,
+                                                       std::size_t w_at, std::size_t dx_at) {
+  const auto n = static_cast<std::size_t>(rows * cols), r = static_cast<std::size_t>(rows),
+             c = static_cast<std::size_t>(cols);
+  std::vector<X> xc(n), dyc(n);
+  std::vector<P> wc(c), bc(c);
+  mpt::store_as(dtype_of<X>(), xv.data(), xc.data(), n);
+  mpt::store_as(dtype_of<X>(), dyv.data(), dyc.data(), n);
+  mpt::store_as(dtype_of<P>(), wv.data(), wc.data(), c);
+  mpt::store_as(dtype_of<P>(), bv.data(), bc.data(), c);
+  const Placed<X> x(xc, x_at), dy(dyc, x_at), y(std::vector<X>(n), y_at), dx(std::vector<X>(n), dx_at);
+  const Placed<P> w(wc, w_at), b(bc, w_at);
+  const Placed<float> mean(VecF(r), 0), rstd(VecF(r), 0), dw(VecF(c), 0), db(VecF(c), 0);
+  const Placed<float> mean_b(mean_in.empty() ? VecF(r) : mean_in, 0),
+      rstd_b(rstd_in.empty() ? VecF(r) : rstd_in, 0);
+  mpt::cuda::layer_norm_forward(rows, cols, x.ptr(), w.ptr(), b.ptr(), kEps, y.ptr(), mean.ptr(), rstd.ptr(),
+                                v);
+  mpt::cuda::layer_norm_backward(rows, cols, x.ptr(), dy.ptr(), mean_b.ptr(), rstd_b.ptr(), w.ptr(), dx.ptr(),
+                                 dw.ptr(), db.ptr(), v);
+  return {all_bits(y.get()),  all_bits(mean.get()), all_bits(rstd.get()),
+          all_bits(dx.get()), all_bits(dw.get()),   all_bits(db.get())};
+}
+
+/// BatchNorm training forward and backward with x and dy, and y and dx, at
+/// their offsets: y, mean, invstd, running mean and var, dx, dweight, dbias
+/// as bits.
+template <class X, class P>
+std::vector<std::vector<std::uint32_t>> batch_norm_run(const mpt::norm_math::Layout& l, const VecF& xv,
+                                                       const VecF& dyv, NormVersion v, std::size_t in_at,
+                                                       std::size_t out_at) {
+  const auto n = static_cast<std::size_t>(l.numel()), c = static_cast<std::size_t>(l.channels);
+  std::vector<X> xc(n), dyc(n);
+  mpt::store_as(dtype_of<X>(), xv.data(), xc.data(), n);
+  mpt::store_as(dtype_of<X>(), dyv.data(), dyc.data(), n);
+  std::vector<P> ones(c), zeros(c);
+  const VecF one(c, 1.0f), zero(c, 0.0f);
+  mpt::store_as(dtype_of<P>(), one.data(), ones.data(), c);
+  mpt::store_as(dtype_of<P>(), zero.data(), zeros.data(), c);
+  const Placed<X> x(xc, in_at), dy(dyc, in_at), y(std::vector<X>(n), out_at), dx(std::vector<X>(n), out_at);
+  const Placed<P> w(ones, 0), b(zeros, 0), rm(zeros, 0), rv(ones, 0);
+  const Placed<float> mean(VecF(c), 0), invstd(VecF(c), 0), dw(VecF(c), 0), db(VecF(c), 0);
+  mpt::cuda::batch_norm_forward_train(l.outer, l.channels, l.inner, x.ptr(), w.ptr(), b.ptr(), rm.ptr(),
+                                      rv.ptr(), 0.1f, kEps, y.ptr(), mean.ptr(), invstd.ptr(), v);
+  mpt::cuda::batch_norm_backward(l.outer, l.channels, l.inner, x.ptr(), dy.ptr(), mean.ptr(), invstd.ptr(),
+                                 w.ptr(), true, dx.ptr(), dw.ptr(), db.ptr(), v);
+  return {all_bits(y.get()),  all_bits(mean.get()), all_bits(invstd.get()), all_bits(rm.get()),
+          all_bits(rv.get()), all_bits(dx.get()),   all_bits(dw.get()),     all_bits(db.get())};
+}
+
+}  // namespace
+
+TEST_CASE("norm kernels, fast: arrays off a 16-byte boundary take the fallback, with its bits") {
+  // LayerNorm's fast forward and dx need 16-byte aligned activations and γ,
+  // β aligned to what a vector of them spans; one element off, they run the
+  // simple kernels, whose bits they must then give (dweight and dbias: the
+  // chunked kernel, which does not depend on alignment: the aligned call's
+  // bits). BatchNorm's fast version needs x and y (dy and dx) aligned for
+  // its element-wise kernels; one element off, the call runs the simple
+  // version, whose bits it must then give.
+  // (Without the fallback, a 16-byte access off its boundary faults.)
+  std::mt19937_64 rng(mpt::test::test_seed() + 8);
+  const std::int64_t rows = 70, cols = 64;  // cols % 8 == 0: only alignment decides
+  const auto n = static_cast<std::size_t>(rows * cols);
+  const VecF xv = normal_values(n, 0.5f, 1.5f, rng), dyv = normal_values(n, 0.0f, 1.0f, rng);
+  const VecF wv = normal_values(static_cast<std::size_t>(cols), 1.0f, 0.5f, rng),
+             bv = normal_values(static_cast<std::size_t>(cols), 0.0f, 1.0f, rng);
+  auto layer = [&](auto x_tag, auto p_tag) {
+    using X = decltype(x_tag);
+    using P = decltype(p_tag);
+    // Every run's backward on the statistics of one forward.
+    const auto first =
+        layer_norm_run<X, P>(rows, cols, xv, dyv, wv, bv, {}, {}, NormVersion::simple, 0, 0, 0, 0);
+    VecF mean_in(static_cast<std::size_t>(rows)), rstd_in(static_cast<std::size_t>(rows));
+    std::memcpy(mean_in.data(), first[1].data(), mean_in.size() * sizeof(float));
+    std::memcpy(rstd_in.data(), first[2].data(), rstd_in.size() * sizeof(float));
+    auto run = [&](NormVersion v, std::size_t x_at, std::size_t y_at, std::size_t w_at, std::size_t dx_at) {
+      return layer_norm_run<X, P>(rows, cols, xv, dyv, wv, bv, mean_in, rstd_in, v, x_at, y_at, w_at, dx_at);
+    };
+    const auto simple = run(NormVersion::simple, 0, 0, 0, 0), fast = run(NormVersion::fast, 0, 0, 0, 0);
+    // x (and dy), y, γ and β, dx: each one element off in turn.
+    const std::size_t offsets[4][4] = {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}};
+    for (const auto& o : offsets) {
+      CAPTURE(o[0]);
+      CAPTURE(o[1]);
+      CAPTURE(o[2]);
+      CAPTURE(o[3]);
+      const auto got = run(NormVersion::fast, o[0], o[1], o[2], o[3]);
+      // The forward falls back when x, y, γ or β is off; dx when x, dy, γ or dx is.
+      const bool forward_falls = o[0] + o[1] + o[2] > 0, dx_falls = o[0] + o[2] + o[3] > 0;
+      for (std::size_t k = 0; k < 3; ++k) CHECK(got[k] == (forward_falls ? simple[k] : fast[k]));
+      CHECK(got[3] == (dx_falls ? simple[3] : fast[3]));
+      CHECK(got[4] == fast[4]);
+      CHECK(got[5] == fast[5]);
+    }
+  };
+  layer(Fp16Code{}, float{});  // γ, β: 8 floats per vector, 16-byte aligned
+  layer(float{}, Fp16Code{});  // γ, β: 4 codes per vector, 8-byte aligned
+  layer(Bf16Code{}, Bf16Code{});
+  for (const Shape& shape : {Shape{1000, 40}, Shape{8, 3, 64, 64}}) {
+    const mpt::norm_math::Layout l = bn_layout(shape);
+    const auto m = static_cast<std::size_t>(l.numel());
+    const VecF bx = normal_values(m, 0.5f, 1.5f, rng), bdy = normal_values(m, 0.0f, 1.0f, rng);
+    const auto simple = batch_norm_run<Fp16Code, float>(l, bx, bdy, NormVersion::simple, 0, 0);
+    CHECK(batch_norm_run<Fp16Code, float>(l, bx, bdy, NormVersion::fast, 1, 0) == simple);
+    CHECK(batch_norm_run<Fp16Code, float>(l, bx, bdy, NormVersion::fast, 0, 1) == simple);
   }
 }
 

@@ -1,21 +1,25 @@
 // Chapter 04 — the fused softmax cross-entropy and the masked softmax
 // kernels (kernels/nn/softmax.cu) against FP64 references written out here.
 // Depends on: mpt::kernels (kernels/nn/nn_kernels.hpp), mpt/formats
-// (round_element.hpp: fp16 decoding and rounding on the host),
-// gpu_test_support.hpp. Without a usable GPU it exits 77 (CTest: Skipped).
+// (round_element.hpp: fp16 decoding and rounding on the host), mpt's CPU
+// attention (mpt/nn/attention.hpp, with Tensor, Context and Policy: what the
+// masked softmax is compared with), gpu_test_support.hpp. Without a usable
+// GPU it exits 77 (CTest: Skipped).
 //
 // Every case runs once per poison of kPoisonBytes (outputs and seven guard
 // elements behind each are poisoned first, so a skipped write or one past
 // the end fails), with both cross-entropy versions, on random and
-// adversarial logits: ±60000, all equal, one huge, K not a multiple of a
-// block's share (and K % 8 != 0, where version 2 runs version 1), −inf
-// logits, a NaN in one row (that row's loss and gradient NaN, no other row
+// adversarial logits: ±60000, all equal, one huge, large logits near ties
+// (30000), K not a multiple of a block's share (and K % 8 != 0, where
+// version 2 runs version 1), logits or gradient one code off a 16-byte
+// boundary with K % 8 == 0 (version 2's fallback), −inf logits, a +inf or
+// a NaN in one row (that row's loss and gradient NaN, no other row
 // affected), invalid and ignored targets; every option (ignore_index,
 // label smoothing 0, 0.1 and 1, each reduction, loss scales up to 2^18 where
 // the fp16 gradient overflows to ±inf).
 //
 // The references are FP64 loops over the fp16 inputs widened exactly:
-// m = max z, eⱼ = exp(zⱼ − m), s = Σ eⱼ, lse = m + log s, softmax = e/s, and
+// m = max z, eⱼ = exp(zⱼ − m), s = Σ eⱼ, softmax = e/s, and
 // the loss and gradient formulas of nn_kernels.hpp. What must hold exactly:
 // ignored rows (loss 0, gradient +0 bits), masked probabilities (+0), a fully
 // masked row (zeros), the NaN rows. The rest within a tolerance derived
@@ -28,11 +32,14 @@
 //    CUDA's expf within 2 ulp, i.e. 4u, the product) with |m_old − m_new|
 //    <= m − zⱼ, and eⱼ itself by u·(m − zⱼ) + 4u: |Δs| <= (D + 1)·u·Σ
 //    eⱼ·(m − zⱼ + 6), which the doubled (D + 1)·u·Σ eⱼ·(m − zⱼ + 4) covers;
-//  - lse = m + log s: δ = |Δs|/s, plus logf's 1 ulp and the addition's
-//    rounding: δ + 2u·|log s| + u·|lse|; the loss adds the rounding of each
-//    further operation (u times the magnitude it produces) and, with
-//    smoothing, Σz's error γ(D)·Σ|z| (Higham, Accuracy and Stability of
-//    Numerical Algorithms, §4.2);
+//  - the loss is log s − (z_y − m) (softmax_math.hpp's cross_entropy_of):
+//    log s errs by δ = |Δs|/s plus logf's 1 ulp, δ + 2u·|log s|, and each
+//    further operation adds u times the magnitude it produces (z_y − m,
+//    the difference); with smoothing, Σ(z − m) errs by γ(D + 1)·Σ|z − m|
+//    (each difference rounded once, then D additions; Higham, Accuracy and
+//    Stability of Numerical Algorithms, §4.2). No term is u·|m|: the old
+//    form (m + log s) − z_y rounded lse at the max's magnitude, which the
+//    "large logits, near ties" case shows these bounds reject;
 //  - a gradient element g·(p − q) before rounding: p = e/s errs by
 //    p·(u·(m − z) + 3u + δ), q by 3u·q, the difference and the product by u
 //    each, plus 2^-126·|g| for FP32's underflow; the stored fp16 value may
@@ -40,6 +47,10 @@
 //    2^-25 absolute among the subnormals).
 // Each check prints the worst ratio of error to tolerance it saw.
 #define DOCTEST_CONFIG_IMPLEMENT
+// The CPU attention brings Eigen (mpt's Tensor). Nothing of Eigen runs on the
+// device here: read it as the plain C++ the library was compiled against,
+// without its CUDA annotations (which nvcc warns about).
+#define EIGEN_NO_CUDA
 #include "gpu_test_support.hpp"
 #include "kernels/nn/nn_kernels.hpp"
 
@@ -53,13 +64,18 @@
 #include <string>
 #include <vector>
 
+#include "mpt/core/context.hpp"
+#include "mpt/core/policy.hpp"
+#include "mpt/core/tensor.hpp"
 #include "mpt/formats/format_spec.hpp"
 #include "mpt/formats/round_element.hpp"
+#include "mpt/nn/attention.hpp"
 
 namespace {
 
 using mpt::Fp16Code;
 using mpt::cuda::CrossEntropyOptions;
+using mpt::cuda::MaskedSoftmaxVersion;
 using mpt::cuda::Reduction;
 using mpt::cuda::SoftmaxCeVersion;
 using mpt::test::DeviceArray;
@@ -232,13 +248,17 @@ CeRef reference(const CeCase& k, const std::vector<Fp16Code>& codes, SoftmaxCeVe
       continue;
     }
     bool nan = !(y >= 0 && static_cast<std::size_t>(y) < K);
-    double m = -kInf, zsum = 0, zabs = 0;
+    double m = -kInf;
     for (std::size_t j = 0; j < K; ++j) {
       z[j] = value_of(codes[i * K + j]);
       nan = nan || std::isnan(z[j]);
       m = std::max(m, z[j]);
-      zsum += z[j];
-      zabs += std::fabs(z[j]);
+    }
+    // The shifted logits z − m, whose sum the smoothing term needs.
+    double shifted = 0, shifted_abs = 0;
+    for (std::size_t j = 0; j < K; ++j) {
+      shifted += z[j] - m;
+      shifted_abs += std::fabs(z[j] - m);
     }
     if (nan) {
       r.loss[i] = kNaN;
@@ -254,16 +274,19 @@ CeRef reference(const CeCase& k, const std::vector<Fp16Code>& codes, SoftmaxCeVe
       if (e > 0) ds += e * (m - z[j] + 4);
     }
     ds *= (D + 1) * kU;
-    const double delta = ds / s, lse = m + std::log(s);
-    const double lse_tol = delta + 2 * kU * std::fabs(std::log(s)) + kU * std::fabs(lse);
-    const double nll = lse - z[static_cast<std::size_t>(y)];
-    double loss = nll, tol = lse_tol + kU * std::fabs(nll);
+    // cross_entropy_of: log(s) − (z_y − m); no term at the max's magnitude.
+    const double delta = ds / s, log_s = std::log(s), zy_shifted = z[static_cast<std::size_t>(y)] - m;
+    const double log_tol = delta + 2 * kU * std::fabs(log_s);
+    const double nll = log_s - zy_shifted;
+    double loss = nll, tol = log_tol + kU * std::fabs(zy_shifted) + kU * std::fabs(nll);
     if (eps > 0) {
-      const double mean = zsum / static_cast<double>(K);
-      const double smooth = lse - mean;
-      const double mean_tol = D * kU / (1 - D * kU) * zabs / static_cast<double>(K) + kU * std::fabs(mean);
+      // Σ(z − m)/K: each difference rounded once, D additions deep, one division.
+      const double mean = shifted / static_cast<double>(K);
+      const double smooth = log_s - mean;
+      const double mean_tol =
+          (D + 1) * kU / (1 - (D + 1) * kU) * shifted_abs / static_cast<double>(K) + kU * std::fabs(mean);
       loss = (1 - eps) * nll + eps * smooth;
-      tol = (1 - eps) * tol + eps * (lse_tol + mean_tol + kU * std::fabs(smooth)) +
+      tol = (1 - eps) * tol + eps * (log_tol + mean_tol + kU * std::fabs(smooth)) +
             2 * kU * ((1 - eps) * std::fabs(nll) + eps * std::fabs(smooth) + std::fabs(loss));
     }
     r.loss[i] = loss;
@@ -308,28 +331,54 @@ const char* reduction_name(Reduction r) {
   return r == Reduction::none ? "none" : r == Reduction::mean ? "mean" : "sum";
 }
 
+/// Where check_ce puts its arrays: aligned as cudaMalloc returns them, or
+/// the logits or the gradient one code (2 bytes) past a 16-byte boundary,
+/// where version 2 cannot load or store 16 bytes at a time and the call runs
+/// version 1 (nn_kernels.hpp).
+enum class Placement { aligned, logits_misaligned, grad_misaligned };
+
 /// Run one case on the GPU with version v, every poison, and compare with
 /// the reference: row losses, the reduced loss, the gradient (or, with
 /// with_grad false, that nothing is written there).
-void check_ce(const CeCase& k, SoftmaxCeVersion v, Worst& worst, bool with_grad = true) {
+void check_ce(const CeCase& k, SoftmaxCeVersion v, Worst& worst, bool with_grad = true,
+              Placement place = Placement::aligned) {
   const auto rows = static_cast<std::size_t>(k.rows), n = rows * static_cast<std::size_t>(k.classes);
   const std::vector<Fp16Code> codes = codes_of(k.logits);
-  const CeRef ref = reference(k, codes, v);
-  DeviceArray<Fp16Code> d_logits(codes);
+  // The version that runs: a misaligned array sends version 2 to version 1
+  // (a gradient not asked for is no array).
+  const bool fallback =
+      place == Placement::logits_misaligned || (place == Placement::grad_misaligned && with_grad);
+  const SoftmaxCeVersion runs = fallback ? SoftmaxCeVersion::block_per_row : v;
+  const CeRef ref = reference(k, codes, runs);
+  const std::size_t in_offset = place == Placement::logits_misaligned ? 1 : 0;
+  const std::size_t out_offset = place == Placement::grad_misaligned ? 1 : 0;
+  std::vector<Fp16Code> placed(codes);
+  if (in_offset == 1) placed.insert(placed.begin(), Fp16Code{0x7E00});  // a NaN in front: never read
+  DeviceArray<Fp16Code> d_logits(placed);
   DeviceArray<std::int32_t> d_targets(k.targets);
   for (unsigned char poison : mpt::test::kPoisonBytes) {
     Compare cmp;
     cmp.label = k.name + " (" + ce_version_name(v) + ", reduction " + reduction_name(k.options.reduction) +
                 ", eps " + std::to_string(k.options.label_smoothing) + ", ignore_index " +
                 std::to_string(k.options.ignore_index) + ", dloss " + std::to_string(k.dloss) +
-                (with_grad ? "" : ", no gradient") + ", poison " + std::to_string(poison) + ")";
+                (with_grad ? "" : ", no gradient") +
+                (place == Placement::logits_misaligned ? ", logits misaligned"
+                 : place == Placement::grad_misaligned ? ", gradient misaligned"
+                                                       : "") +
+                ", poison " + std::to_string(poison) + ")";
     Out<float> losses(rows, poison), total(1, poison);
-    Out<Fp16Code> grad(n, poison);
-    mpt::cuda::softmax_cross_entropy(k.rows, k.classes, d_logits.get(), d_targets.get(), k.dloss, k.options,
-                                     losses.ptr(), total.ptr(), with_grad ? grad.ptr() : nullptr, v);
+    Out<Fp16Code> grad(n + out_offset, poison);
+    mpt::cuda::softmax_cross_entropy(k.rows, k.classes, d_logits.get() + in_offset, d_targets.get(), k.dloss,
+                                     k.options, losses.ptr(), total.ptr(),
+                                     with_grad ? grad.ptr() + out_offset : nullptr, v);
     const std::vector<float> got_losses = losses.get(cmp, "losses");
     const std::vector<float> got_total = total.get(cmp, "loss");
-    const std::vector<Fp16Code> got_grad = grad.get(cmp, "dlogits");
+    std::vector<Fp16Code> got_grad = grad.get(cmp, "dlogits");
+    if (out_offset == 1) {  // the code in front of the gradient must not be written
+      cmp.bits("dlogits[-1] (in front of the gradient)", 0, got_grad[0].bits,
+               mpt::test::poison_value<std::uint16_t>(poison));
+      got_grad.erase(got_grad.begin());
+    }
     const auto K = static_cast<std::size_t>(k.classes);
     cmp.worst = &worst.loss;
     for (std::size_t i = 0; i < rows; ++i) {
@@ -410,65 +459,129 @@ struct SoftmaxCase {
   bool causal = false;
 };
 
-void check_masked_softmax(const SoftmaxCase& k, Worst& worst) {
-  const auto rows = static_cast<std::size_t>(k.rows), L = static_cast<std::size_t>(k.cols), n = rows * L;
-  const std::vector<Fp16Code> codes = codes_of(k.scores);
-  auto keep = [&](std::size_t r, std::size_t c) {
-    return (k.mask.empty() || k.mask[r * L + c] != 0) && (!k.causal || c <= r % L);
-  };
-  // Reference: probabilities and their FP32 error before the fp16 rounding.
-  std::vector<double> want(n, 0.0), e32(n, 0.0);
-  const double D = static_cast<double>((L + 31) / 32) + 5;
+/// The FP64 reference of a masked softmax over rows × L fp16 scores: each
+/// probability and its FP32 error before the fp16 rounding, for a sum that
+/// is at most D additions and rescalings deep; and what each row is.
+struct MaskedRef {
+  enum class Row { finite, zeros, nan };
+  std::vector<double> want, e32;  // per element
+  std::vector<Row> row;           // per row
+};
+
+template <class Keep>
+MaskedRef masked_reference(const std::vector<Fp16Code>& codes, std::size_t rows, std::size_t L,
+                           const Keep& keep, double D) {
+  MaskedRef ref;
+  ref.want.assign(rows * L, 0.0);
+  ref.e32.assign(rows * L, 0.0);
+  ref.row.assign(rows, MaskedRef::Row::finite);
   for (std::size_t r = 0; r < rows; ++r) {
     double m = -kInf;
     bool nan = false;
     for (std::size_t c = 0; c < L; ++c)
       if (keep(r, c)) {
         const double z = value_of(codes[r * L + c]);
-        nan = nan || std::isnan(z);
+        nan = nan || std::isnan(z) || z == kInf;  // NaN, or exp(inf − inf): the row's sum is NaN
         m = std::max(m, z);
       }
-    if (m == -kInf && !nan) continue;  // nothing kept, or only −inf: zeros
-    double s = 0, ds = 0;
+    if (nan) {
+      // PyTorch's answer (softmax, then _safe_softmax): NaN at every
+      // position, masked ones included.
+      ref.row[r] = MaskedRef::Row::nan;
+      std::fill(ref.want.begin() + static_cast<std::ptrdiff_t>(r * L),
+                ref.want.begin() + static_cast<std::ptrdiff_t>((r + 1) * L), kNaN);
+      continue;
+    }
+    if (m == -kInf) {  // nothing kept, or only −inf: zeros (_safe_softmax)
+      ref.row[r] = MaskedRef::Row::zeros;
+      continue;
+    }
+    double sum = 0, ds = 0;
     for (std::size_t c = 0; c < L; ++c)
-      if (keep(r, c) && !nan) {
+      if (keep(r, c)) {
         const double z = value_of(codes[r * L + c]), e = std::exp(z - m);
-        s += e;
+        sum += e;
         if (e > 0) ds += e * (m - z + 4);
       }
-    const double delta = (D + 1) * kU * ds / s;
+    const double delta = (D + 1) * kU * ds / sum;
     for (std::size_t c = 0; c < L; ++c) {
-      if (!keep(r, c)) continue;
-      if (nan) {
-        want[r * L + c] = kNaN;
-        continue;
-      }
-      const double z = value_of(codes[r * L + c]), p = std::exp(z - m) / s;
-      want[r * L + c] = p;
-      e32[r * L + c] = 2 * (p * (kU * (std::isfinite(z) ? m - z : 0) + 3 * kU + delta) + 0x1p-126);
+      if (!keep(r, c)) continue;  // exactly 0
+      const double z = value_of(codes[r * L + c]), p = std::exp(z - m) / sum;
+      ref.want[r * L + c] = p;
+      ref.e32[r * L + c] = 2 * (p * (kU * (std::isfinite(z) ? m - z : 0) + 3 * kU + delta) + 0x1p-126);
     }
   }
+  return ref;
+}
+
+/// One probability against the reference: +0 bits where the reference is an
+/// exact 0 (a masked position of a finite row, a row of zeros), NaN (any
+/// payload: the class, not the bits) where it is NaN, else within e32 and
+/// the fp16 rounding.
+void check_prob(Compare& cmp, const MaskedRef& ref, std::size_t e, Fp16Code got) {
+  if (std::isnan(ref.want[e])) cmp.close16("probs (a NaN row: NaN everywhere)", e, got, kNaN, 0);
+  else if (ref.want[e] == 0 && ref.e32[e] == 0)
+    cmp.bits("probs (masked or fully masked row)", e, got.bits, 0u);
+  else cmp.close16("probs", e, got, ref.want[e], ref.e32[e]);
+}
+
+/// The depth of a masked softmax version's (max, sum) for rows of L: a
+/// lane's columns (version 2: whole vectors of 8, where L % 8 == 0) and the
+/// warp's merge levels.
+double masked_depth(std::size_t L, MaskedSoftmaxVersion v) {
+  const bool vec = v == MaskedSoftmaxVersion::vectorized && L % 8 == 0;
+  return (vec ? 8.0 * static_cast<double>((L / 8 + 31) / 32) : static_cast<double>((L + 31) / 32)) + 5;
+}
+
+/// Where check_masked_softmax puts its arrays: aligned, or the scores, the
+/// probabilities or the mask one element off (2, 2 and 1 bytes), where
+/// version 2 cannot run and the call falls back to version 1.
+enum class MaskPlacement { aligned, scores_off, probs_off, mask_off };
+
+/// Run one case with both versions (or, placed off, version 2's call, which
+/// runs version 1), every poison, against the FP64 reference.
+void check_masked_softmax(const SoftmaxCase& k, Worst& worst, MaskPlacement place = MaskPlacement::aligned) {
+  const auto rows = static_cast<std::size_t>(k.rows), L = static_cast<std::size_t>(k.cols), n = rows * L;
+  const std::vector<Fp16Code> codes = codes_of(k.scores);
+  auto keep = [&](std::size_t r, std::size_t c) {
+    return (k.mask.empty() || k.mask[r * L + c] != 0) && (!k.causal || c <= r % L);
+  };
+  const std::size_t s_at = place == MaskPlacement::scores_off ? 1 : 0;
+  const std::size_t p_at = place == MaskPlacement::probs_off ? 1 : 0;
+  const std::size_t m_at = place == MaskPlacement::mask_off ? 1 : 0;
+  std::vector<Fp16Code> placed(codes);
+  placed.insert(placed.begin(), s_at, Fp16Code{0x7E00});  // a NaN in front: never read
   std::vector<unsigned char> mask_bytes(k.mask);
-  DeviceArray<Fp16Code> d_scores(codes);
+  mask_bytes.insert(mask_bytes.begin(), m_at, 1);
+  DeviceArray<Fp16Code> d_scores(placed);
   DeviceArray<unsigned char> d_mask(mask_bytes.empty() ? std::vector<unsigned char>(1, 0) : mask_bytes);
-  const bool* mask = k.mask.empty() ? nullptr : reinterpret_cast<const bool*>(d_mask.get());
-  for (unsigned char poison : mpt::test::kPoisonBytes) {
-    Compare cmp;
-    cmp.label = k.name + " (" + std::to_string(k.rows) + " x " + std::to_string(k.cols) +
-                (k.mask.empty() ? "" : ", mask") + (k.causal ? ", causal" : "") + ", poison " +
-                std::to_string(poison) + ")";
-    cmp.worst = &worst.probs;
-    Out<Fp16Code> probs(n, poison);
-    mpt::cuda::masked_softmax(k.rows, k.cols, d_scores.get(), mask, k.causal, probs.ptr());
-    const std::vector<Fp16Code> got = probs.get(cmp, "probs");
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < L; ++c) {
-        const std::size_t e = r * L + c;
-        if (!keep(r, c) || (want[e] == 0 && e32[e] == 0))
-          cmp.bits("probs (masked or fully masked row)", e, got[e].bits, 0u);
-        else cmp.close16("probs", e, got[e], want[e], e32[e]);
+  const bool* mask = k.mask.empty() ? nullptr : reinterpret_cast<const bool*>(d_mask.get() + m_at);
+  const bool off = place != MaskPlacement::aligned && !(place == MaskPlacement::mask_off && k.mask.empty());
+  for (MaskedSoftmaxVersion v : {MaskedSoftmaxVersion::warp_per_row, MaskedSoftmaxVersion::vectorized}) {
+    if (off && v == MaskedSoftmaxVersion::warp_per_row) continue;  // only version 2 has a fallback to check
+    const MaskedSoftmaxVersion runs = off ? MaskedSoftmaxVersion::warp_per_row : v;
+    const MaskedRef ref = masked_reference(codes, rows, L, keep, masked_depth(L, runs));
+    for (unsigned char poison : mpt::test::kPoisonBytes) {
+      Compare cmp;
+      cmp.label = k.name + " (" + std::to_string(k.rows) + " x " + std::to_string(k.cols) +
+                  (k.mask.empty() ? "" : ", mask") + (k.causal ? ", causal" : "") +
+                  (v == MaskedSoftmaxVersion::warp_per_row ? ", v1" : ", v2") +
+                  (place == MaskPlacement::scores_off  ? ", scores off 16 bytes"
+                   : place == MaskPlacement::probs_off ? ", probs off 16 bytes"
+                   : place == MaskPlacement::mask_off  ? ", mask off 8 bytes"
+                                                       : "") +
+                  ", poison " + std::to_string(poison) + ")";
+      cmp.worst = &worst.probs;
+      Out<Fp16Code> probs(n + p_at, poison);
+      mpt::cuda::masked_softmax(k.rows, k.cols, d_scores.get() + s_at, mask, k.causal, probs.ptr() + p_at, v);
+      std::vector<Fp16Code> got = probs.get(cmp, "probs");
+      if (p_at == 1) {  // nothing written in front of the probabilities
+        cmp.bits("probs[-1]", 0, got[0].bits, mpt::test::poison_value<std::uint16_t>(poison));
+        got.erase(got.begin());
       }
-    CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+      for (std::size_t e = 0; e < n; ++e) check_prob(cmp, ref, e, got[e]);
+      CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+    }
   }
 }
 
@@ -523,6 +636,23 @@ TEST_CASE("softmax_cross_entropy: adversarial logits") {
     check_all_options(k, worst);
   }
   {
+    // Large logits near ties: 30000 + 16·k (fp16's spacing there is 16), the
+    // target at the row's maximum, so the loss is log(1 + a few e^-16k),
+    // about 0.7 where two logits tie. (m + log s) − z_y would round
+    // m + log s to FP32's spacing at 30000, 2^-9, an error of up to 2^-10
+    // against a tolerance of about 10^-6 here; log s − (z_y − m) does not.
+    CeCase k = random_case("large logits, near ties", rows, K, 1.0f, rng);
+    for (float& z : k.logits) z = 30000.0f - 16.0f * static_cast<float>(1 + rng() % 6);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto base = static_cast<std::size_t>(r * K);
+      const auto y = static_cast<std::size_t>(r * 13 % K);
+      k.targets[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(y);
+      k.logits[base + y] = 30000.0f;
+      if (r % 2 == 0) k.logits[base + (y + 1) % static_cast<std::size_t>(K)] = 30000.0f;  // a tie
+    }
+    check_all_options(k, worst);
+  }
+  {
     // −inf logits (a masked vocabulary): the loss stays finite without
     // smoothing; with smoothing it is +inf (Σz/K = −inf), as PyTorch's.
     CeCase k = random_case("some -inf", rows, K, 2.0f, rng);
@@ -530,6 +660,21 @@ TEST_CASE("softmax_cross_entropy: adversarial logits") {
     for (std::int64_t r = 0; r < rows; ++r)
       if (k.targets[static_cast<std::size_t>(r)] >= 0)
         k.logits[static_cast<std::size_t>(r * K + k.targets[static_cast<std::size_t>(r)])] = 1.0f;
+    check_all_options(k, worst);
+  }
+  {
+    // A +inf logit in row 4 (an fp16 overflow upstream): exp(inf − inf)
+    // makes that row's sum, loss and every gradient element NaN, as PyTorch's
+    // log_softmax and the CPU's row functions give; a −inf beside it in row
+    // 6 changes nothing there. Every other row as without them.
+    CeCase k = random_case("+inf in row 4", rows, K, 2.0f, rng);
+    k.targets[4] = 3;
+    k.targets[6] = 3;
+    k.logits[static_cast<std::size_t>(4 * K + 700)] = std::numeric_limits<float>::infinity();
+    k.logits[static_cast<std::size_t>(6 * K + 700)] = -std::numeric_limits<float>::infinity();
+    check_all_options(k, worst);
+    // The +inf is the target itself: still NaN (inf − inf).
+    k.logits[static_cast<std::size_t>(4 * K + 3)] = std::numeric_limits<float>::infinity();
     check_all_options(k, worst);
   }
   {
@@ -573,6 +718,15 @@ TEST_CASE("softmax_cross_entropy: ignore_index, invalid targets, loss scales, fo
     s.dloss = 1.0f;
     s.options.reduction = Reduction::mean;
     check_ce(s, v, worst, false);
+    // K % 8 == 0 but the logits or the gradient one code off a 16-byte
+    // boundary: version 2 cannot run, the call falls back to version 1, whose
+    // results these must be (and nothing is written in front of the gradient).
+    CeCase m = random_case("misaligned", 7, 8 * 45, 3.0f, rng);
+    m.options.label_smoothing = 0.1f;
+    for (Placement place : {Placement::logits_misaligned, Placement::grad_misaligned}) {
+      check_ce(m, v, worst, true, place);
+      check_ce(m, v, worst, false, place);
+    }
     // Every row ignored: the mean is 0/0 = NaN, the gradient all zeros.
     CeCase all = random_case("every row ignored", 4, 24, 1.0f, rng);
     std::fill(all.targets.begin(), all.targets.end(), all.options.ignore_index);
@@ -605,10 +759,12 @@ TEST_CASE("softmax_cross_entropy: the runs are deterministic, and a long row (K 
 
 // --- masked softmax --------------------------------------------------------------------------------
 
-TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±60000") {
+TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±inf, ±60000") {
   std::mt19937_64 rng(mpt::test::test_seed() + 5);
   Worst worst;
-  for (std::int64_t L : {1, 5, 32, 77, 300}) {
+  // L % 8 == 0 (32, 40, 96, and 3000 below) runs version 2; the others
+  // send it to version 1.
+  for (std::int64_t L : {1, 5, 32, 40, 77, 96, 300}) {
     const auto n = static_cast<std::size_t>(2 * L * L);
     SoftmaxCase k{"random L=" + std::to_string(L), 2 * L, L, normal_values(n, 0.0f, 3.0f, rng), {}, false};
     check_masked_softmax(k, worst);
@@ -627,8 +783,8 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
     check_masked_softmax(k, worst);
   }
   {
-    // A NaN at a kept position: that row's kept probabilities NaN, its
-    // masked ones 0, the other rows untouched.
+    // A NaN at a kept position: NaN at every position of that row, masked
+    // ones included (PyTorch's answer), the other rows untouched.
     const std::int64_t L = 50, R = 6;
     SoftmaxCase k{"NaN kept",
                   R,
@@ -638,6 +794,15 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
                   false};
     k.mask[static_cast<std::size_t>(2 * L + 4)] = 1;
     k.scores[static_cast<std::size_t>(2 * L + 4)] = std::numeric_limits<float>::quiet_NaN();
+    // A kept +inf in row 4: NaN everywhere in it too (exp(inf − inf)); a
+    // masked +inf in row 1 and a kept −inf in row 5 change nothing.
+    const float inf = std::numeric_limits<float>::infinity();
+    k.mask[static_cast<std::size_t>(4 * L + 9)] = 1;
+    k.scores[static_cast<std::size_t>(4 * L + 9)] = inf;
+    k.mask[static_cast<std::size_t>(1 * L + 3)] = 0;
+    k.scores[static_cast<std::size_t>(1 * L + 3)] = inf;
+    k.mask[static_cast<std::size_t>(5 * L + 7)] = 1;
+    k.scores[static_cast<std::size_t>(5 * L + 7)] = -inf;
     check_masked_softmax(k, worst);
   }
   {
@@ -649,14 +814,142 @@ TEST_CASE("masked_softmax: random, masked, causal, fully masked rows, NaN, ±600
     k.mask = random_mask(static_cast<std::size_t>(R * L), 0.5, rng);
     check_masked_softmax(k, worst);
   }
+  {
+    // L % 8 == 0 but the scores, the probabilities or the mask one element
+    // off their boundary: version 2 falls back to version 1 (a 16-byte access
+    // there would fault), and writes nothing in front of the probabilities.
+    const std::int64_t L = 64, R = 2 * L;
+    SoftmaxCase k{"misaligned",
+                  R,
+                  L,
+                  normal_values(static_cast<std::size_t>(R * L), 0.0f, 3.0f, rng),
+                  random_mask(static_cast<std::size_t>(R * L), 0.7, rng),
+                  false};
+    for (MaskPlacement place : {MaskPlacement::scores_off, MaskPlacement::probs_off, MaskPlacement::mask_off})
+      check_masked_softmax(k, worst, place);
+    k.mask.clear();
+    k.causal = true;
+    check_masked_softmax(k, worst, MaskPlacement::probs_off);
+  }
   worst.print("masked softmax");
+}
+
+TEST_CASE("masked_softmax against the CPU attention: +inf and NaN kept scores, fully masked rows") {
+  // mpt::scaled_dot_product_attention in f16 (FP32 compute) stores its
+  // scores S (Q·scale Kᵀ, rounded to f16) and its probabilities P (rounded
+  // to f16); the kernel is given the same S and the same mask. Where the
+  // rows are finite, both sides must be within their FP32 bounds of the
+  // FP64 softmax (and so within those bounds and an fp16 ulp of each
+  // other); on the special rows they must agree exactly, by class: +0
+  // bits for a row of zeros, NaN (any payload) at every position of a row
+  // whose kept scores hold a +inf or a NaN — PyTorch's answer, which the
+  // CPU attention gives and the kernel once did not (it wrote 0 at the
+  // masked positions of such a row).
+  std::mt19937_64 rng(mpt::test::test_seed() + 7);
+  Worst worst;
+  const std::int64_t L = 40, D = 8;  // 40 columns: lanes 8–31 of each warp idle on the second pass
+  const auto Lz = static_cast<std::size_t>(L), n = Lz * Lz;
+  for (int variant = 0; variant < 3; ++variant) {
+    // 0: a boolean mask; 1: causal; 2: an additive mask of 0, −inf, NaN, +inf.
+    std::vector<float> q = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    std::vector<float> k = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    const std::vector<float> v = normal_values(static_cast<std::size_t>(L * D), 0.0f, 1.0f, rng);
+    // Row 3 and key 1 of 300s: S(3, 1) = (300/√8)·300·8 ≈ 2.5e5 overflows
+    // f16 to +inf (a kept score in every variant); the rest of row 3 and of
+    // column 1 stays finite (a few hundred).
+    for (std::int64_t c = 0; c < D; ++c) {
+      q[static_cast<std::size_t>(3 * D + c)] = 300.0f;
+      k[static_cast<std::size_t>(1 * D + c)] = 300.0f;
+    }
+    // Row 5 of Q holds a NaN: every score of row 5 is NaN.
+    q[static_cast<std::size_t>(5 * D + 2)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<unsigned char> keep_bytes(n, 1);
+    std::vector<float> add(n, 0.0f);
+    mpt::AttentionMask mask;
+    mpt::AttentionOptions options;
+    const float inf = std::numeric_limits<float>::infinity();
+    if (variant == 0) {
+      keep_bytes = random_mask(n, 0.7, rng);
+      keep_bytes[3 * Lz + 1] = 1;  // the +inf is kept
+      std::fill(keep_bytes.begin() + 9 * L, keep_bytes.begin() + 10 * L,
+                std::uint8_t{0});  // row 9: nothing kept
+      mask = mpt::AttentionMask::boolean({L, L},
+                                         std::vector<std::uint8_t>(keep_bytes.begin(), keep_bytes.end()));
+    } else if (variant == 1) {
+      options.is_causal = true;  // row 3 sees key 1; rows 0 and 1 see no NaN and no +inf
+    } else {
+      for (std::size_t e = 0; e < n; ++e) add[e] = rng() % 4 == 0 ? -inf : 0.0f;
+      add[3 * Lz + 1] = 0.0f;
+      std::fill(add.begin() + 9 * L, add.begin() + 10 * L, -inf);  // row 9: every position −inf
+      add[12 * Lz + 7] = std::numeric_limits<float>::quiet_NaN();  // a NaN added at a kept position
+      add[14 * Lz + 30] = inf;                                     // a +inf added
+      add[16 * Lz + 2] = -inf;
+      add[16 * Lz + 3] = inf;  // −inf and +inf in one row
+      for (std::size_t e = 0; e < n; ++e) keep_bytes[e] = add[e] == -inf ? 0 : 1;
+      mask = mpt::AttentionMask::additive(mpt::Tensor::from_f32(add.data(), {L, L}, mpt::DType::f32));
+    }
+    mpt::Context ctx(mpt::uniform_policy(mpt::DType::f16));
+    const mpt::Shape shape{1, L, D};
+    const mpt::AttentionResult cpu = mpt::scaled_dot_product_attention(
+        mpt::Tensor::from_f32(q.data(), shape, mpt::DType::f16),
+        mpt::Tensor::from_f32(k.data(), shape, mpt::DType::f16),
+        mpt::Tensor::from_f32(v.data(), shape, mpt::DType::f16), mask, options, ctx);
+    REQUIRE(cpu.scores.dtype() == mpt::DType::f16);
+    REQUIRE(cpu.saved.probs.dtype() == mpt::DType::f16);
+    std::vector<Fp16Code> scores(n), cpu_probs(n);
+    std::memcpy(scores.data(), cpu.scores.raw(), n * sizeof(Fp16Code));
+    std::memcpy(cpu_probs.data(), cpu.saved.probs.raw(), n * sizeof(Fp16Code));
+    REQUIRE(value_of(scores[3 * Lz + 1]) == kInf);  // the overflow happened
+    // The kernel's input: S plus the additive mask where that is exact (0,
+    // NaN, +inf on a finite score), the −inf of the mask as mask bytes.
+    if (variant == 2)
+      for (std::size_t e = 0; e < n; ++e)
+        if (std::isnan(add[e]) || add[e] == inf) scores[e] = code_of(add[e]);
+    auto keep = [&](std::size_t r, std::size_t c) {
+      return variant == 1 ? c <= r : keep_bytes[r * Lz + c] != 0;
+    };
+    const MaskedRef cpu_ref = masked_reference(scores, Lz, Lz, keep, static_cast<double>(Lz) + 5);
+    DeviceArray<Fp16Code> d_scores(scores);
+    DeviceArray<unsigned char> d_mask(keep_bytes);
+    const bool* d_keep = variant == 1 ? nullptr : reinterpret_cast<const bool*>(d_mask.get());
+    for (MaskedSoftmaxVersion v : {MaskedSoftmaxVersion::warp_per_row, MaskedSoftmaxVersion::vectorized})
+      for (unsigned char poison : mpt::test::kPoisonBytes) {
+        const MaskedRef gpu_ref = masked_reference(scores, Lz, Lz, keep, masked_depth(Lz, v));
+        REQUIRE(gpu_ref.row[3] == MaskedRef::Row::nan);
+        REQUIRE(gpu_ref.row[5] == MaskedRef::Row::nan);
+        Compare cmp;
+        cmp.label = std::string("against the CPU attention, ") +
+                    (variant == 0   ? "boolean mask"
+                     : variant == 1 ? "causal"
+                                    : "additive mask") +
+                    (v == MaskedSoftmaxVersion::warp_per_row ? ", v1" : ", v2") + ", poison " +
+                    std::to_string(poison);
+        cmp.worst = &worst.probs;
+        Out<Fp16Code> probs(n, poison);
+        mpt::cuda::masked_softmax(L, L, d_scores.get(), d_keep, variant == 1, probs.ptr(), v);
+        const std::vector<Fp16Code> got = probs.get(cmp, "probs");
+        for (std::size_t e = 0; e < n; ++e) {
+          check_prob(cmp, gpu_ref, e, got[e]);        // the kernel within its bound
+          check_prob(cmp, cpu_ref, e, cpu_probs[e]);  // the CPU attention within its own
+          const std::size_t r = e / Lz;
+          if (gpu_ref.row[r] == MaskedRef::Row::nan) {
+            if (!(std::isnan(value_of(got[e])) && std::isnan(value_of(cpu_probs[e]))))
+              cmp.fail("probs (NaN row: NaN on both sides)", e, value_of(got[e]), value_of(cpu_probs[e]), 0);
+          } else if (gpu_ref.want[e] == 0 && gpu_ref.e32[e] == 0) {
+            cmp.bits("probs (exact zero on both sides)", e, got[e].bits, cpu_probs[e].bits);
+          }
+        }
+        CHECK_MESSAGE(cmp.bad == 0, cmp.label << ": " << cmp.bad << " mismatches");
+      }
+  }
+  worst.print("against the CPU attention");
 }
 
 TEST_CASE("softmax kernels: a small case of every kernel (for compute-sanitizer)") {
   // tools/gpu_report.sh runs this case under memcheck and racecheck: both
   // cross-entropy versions with each reduction (the count and reduction
   // kernels too) on rows that leave threads idle, and the masked softmax
-  // with a mask and causal.
+  // with a mask and causal, in both versions.
   std::mt19937_64 rng(mpt::test::test_seed() + 6);
   Worst worst;
   CeCase k = random_case("small", 5, 8 * 77, 2.0f, rng);
@@ -673,6 +966,11 @@ TEST_CASE("softmax kernels: a small case of every kernel (for compute-sanitizer)
                 normal_values(static_cast<std::size_t>(2 * L * L), 0.0f, 2.0f, rng),
                 random_mask(static_cast<std::size_t>(2 * L * L), 0.6, rng),
                 true};
+  check_masked_softmax(s, worst);
+  s.rows = 40;  // rows of 8-code vectors: the vectorized version runs
+  s.cols = 40;
+  s.scores.resize(40 * 40);
+  s.mask.resize(40 * 40);
   check_masked_softmax(s, worst);
   worst.print("small cases");
 }

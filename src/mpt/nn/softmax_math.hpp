@@ -187,31 +187,45 @@ MPT_HD inline void log_softmax_backward_row(const Y& y, const Dy& dy, std::int64
   for (std::int64_t j = 0; j < n; ++j) store(j, static_cast<T>(dy(j)) - exp_in(static_cast<T>(y(j))) * total);
 }
 
-/// The cross-entropy of one row of n logits against the class `target` (in
-/// [0, n); the caller has checked it and skipped ignored rows), with label
-/// smoothing ε (PyTorch, aten/src/ATen/native/LossNLL.cpp,
+/// The cross-entropy of one row of n logits from what a pass over the row
+/// gathered: its (max, sum) s, the target's logit zy and, for ε > 0, the
+/// shifted sum Σⱼ(zⱼ − max) (unused for ε = 0), with label smoothing ε
+/// (PyTorch, aten/src/ATen/native/LossNLL.cpp,
 /// cross_entropy_loss_label_smoothing: the target distribution is
 /// (1 − ε)·onehot + ε/n):
 ///
 ///   loss = (1 − ε)·(lse − z_y) + ε·(lse − mean_j z_j),  lse = log Σ exp z,
 ///
 /// written as log(sum) − (z_y − max) and log(sum) − mean_j (z_j − max), so
-/// that no large max cancels. With ε = 0 the smoothing term is not computed
-/// at all (PyTorch runs plain nll_loss(log_softmax) then), so a −inf logit
-/// elsewhere in the row does not make the loss NaN through 0·inf. With
-/// ε = 0 this is exactly Chapter 2's order of operations: max first, the
-/// sum of exp(z − max) left to right, log(sum) − (z_y − max).
+/// that no large max cancels: lse = max + log(sum) would be rounded at the
+/// max's magnitude (an FP32 ulp of 30000 is 2^-9) before the nearly equal
+/// z_y is taken off it. With ε = 0 the smoothing term is not computed at
+/// all (PyTorch runs plain nll_loss(log_softmax) then), so a −inf logit
+/// elsewhere in the row does not make the loss NaN through 0·inf.
+/// cross_entropy_row (the CPU) and the CUDA cross-entropy kernels
+/// (kernels/nn/softmax.cu) both end here: the CPU tests cover the formula
+/// the GPU runs, and only the order of the sums' additions differs.
 //! [cross-entropy-row]
+template <class T>
+MPT_HD inline T cross_entropy_of(const MaxSum<T>& s, T zy, T shifted_sum, std::int64_t n, T smoothing) {
+  const T log_sum = log_in(s.sum);
+  const T nll = log_sum - (zy - s.max);
+  if (smoothing == T(0)) return nll;
+  const T smooth = log_sum - shifted_sum / static_cast<T>(n);
+  return (T(1) - smoothing) * nll + smoothing * smooth;
+}
+
+/// The cross-entropy of one row of n logits against the class `target` (in
+/// [0, n); the caller has checked it and skipped ignored rows): max first,
+/// the sum of exp(z − max) left to right, then cross_entropy_of; with ε = 0
+/// exactly Chapter 2's order of operations.
 template <class T, class Value>
 MPT_HD inline T cross_entropy_row(const Value& value, std::int64_t n, std::int64_t target, T smoothing) {
   const MaxSum<T> s = row_max_sum<T>(value, n);
-  const T log_sum = log_in(s.sum);
-  const T nll = log_sum - (static_cast<T>(value(target)) - s.max);
-  if (smoothing == T(0)) return nll;
   T shifted = T(0);
-  for (std::int64_t j = 0; j < n; ++j) shifted += static_cast<T>(value(j)) - s.max;
-  const T smooth = log_sum - shifted / static_cast<T>(n);
-  return (T(1) - smoothing) * nll + smoothing * smooth;
+  if (smoothing != T(0))
+    for (std::int64_t j = 0; j < n; ++j) shifted += static_cast<T>(value(j)) - s.max;
+  return cross_entropy_of(s, static_cast<T>(value(target)), shifted, n, smoothing);
 }
 //! [cross-entropy-row]
 
