@@ -6,7 +6,7 @@
 // library drops object files nobody references, taking self-registering statics with them.
 #pragma once
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt {
 

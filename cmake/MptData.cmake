@@ -9,7 +9,7 @@
 set(MPT_DATA_DIR "${PROJECT_BINARY_DIR}/data" CACHE PATH
     "Directory holding the real data sets (digits.csv.gz); the env var MPT_DATA_DIR overrides it at run time")
 
-find_package(ZLIB REQUIRED)  # gzip reading in src/mpt/nn/data.cpp
+find_package(ZLIB REQUIRED)  # gzip reading in src/mpt/nn/data/data.cpp
 target_link_libraries(mpt_nn PRIVATE ZLIB::ZLIB)
 target_compile_definitions(mpt_nn PRIVATE
   MPT_DEFAULT_DATA_DIR="${MPT_DATA_DIR}"

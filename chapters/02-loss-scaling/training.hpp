@@ -22,16 +22,16 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {
 
 /// Mini-batches from a fresh seeded permutation each epoch (the library's,
-/// mpt/nn/data.hpp, where `mpt train` finds it too).
+/// mpt/nn/data/data.hpp, where `mpt train` finds it too).
 using mpt::Batches;
 /// The batch order's seed, the same in every run.
 inline constexpr std::uint64_t kBatchSeed = 1234;

@@ -3,7 +3,7 @@
 // out on one run of FP32 values: the exact reference, the FP32 single pass,
 // Welford's update in FP32, the FP32 two-pass, PyTorch's CPU BatchNorm and
 // LayerNorm methods, and the library's (norm_math::statistics).
-// Depends on: mpt/nn/norm_math.hpp (the library's statistics), welford.hpp.
+// Depends on: mpt/nn/layers/norm_math.hpp (the library's statistics), welford.hpp.
 // Header-only: ch03_numbers prints the comparison, test_ch03_norm_accuracy
 // asserts it.
 //
@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 namespace mpt::ch03 {
 

@@ -3,8 +3,8 @@
 // bn-skipped-step-not-skipped).
 // Depends on: ../02-loss-scaling/training.hpp (Batches, kBatchSeed, the data
 // sets), mpt/amp/grad_scaler.hpp, mpt/core/context.hpp, mpt/core/policy.hpp,
-// mpt/core/random.hpp, mpt/core/tensor.hpp, mpt/nn/activations.hpp (ReLU),
-// mpt/nn/batch_norm.hpp, mpt/nn/linear.hpp, mpt/nn/losses.hpp,
+// mpt/core/random.hpp, mpt/core/tensor.hpp, mpt/nn/layers/activations.hpp (ReLU),
+// mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/linear.hpp, mpt/nn/layers/losses.hpp,
 // mpt/nn/module.hpp (Sequential), mpt/optim/sgd.hpp; <cmath>, <cstddef>,
 // <cstdint>, <memory>, <string>, <utility>, <vector>.
 //
@@ -33,10 +33,10 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/activations.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/linear.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/activations.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/linear.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/optim/sgd.hpp"
 

@@ -26,9 +26,9 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/explain.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/softmax_cpu.hpp"
-#include "mpt/nn/text_data.hpp"
+#include "mpt/nn/cpu/softmax_cpu.hpp"
+#include "mpt/nn/data/text_data.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 #include "training.hpp"
 
 namespace {

@@ -1,7 +1,7 @@
 // Chapter 04 — a tiny language model: the training loop the chapter's
 // numbers, its pitfall naive-loss-training and the notebook share.
-// Depends on: mpt/nn/transformer.hpp (TinyTransformer), mpt/nn/softmax.hpp
-// (cross_entropy), mpt/nn/text_data.hpp (the corpus, sample_windows,
+// Depends on: mpt/nn/models/transformer.hpp (TinyTransformer), mpt/nn/layers/softmax.hpp
+// (cross_entropy), mpt/nn/data/text_data.hpp (the corpus, sample_windows,
 // split_text), mpt/amp/grad_scaler.hpp, mpt/optim/adamw.hpp,
 // mpt/formats/rounding.hpp (the naive loss' fp16 rounding),
 // mpt/plot/svg_chart.hpp (the loss curves' picture), the core tier
@@ -38,9 +38,9 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/text_data.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/data/text_data.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/plot/svg_chart.hpp"
 #include "seed_statistics.hpp"

@@ -28,9 +28,9 @@
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sharded.hpp"
 #include "mpt/dist/thread_world.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace {

@@ -29,7 +29,7 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/model.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/train/policy_search.hpp"
 
 namespace {

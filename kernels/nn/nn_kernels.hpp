@@ -75,8 +75,8 @@ void gemm_f32(Trans ta, Trans tb, int M, int N, int K, const float* d_a, const f
 //
 // The computations of mpt::BatchNorm and mpt::LayerNorm (Chapter 3) on the
 // GPU: statistics by Welford's update and Chan's merge in FP32 (the very
-// functions of mpt/nn/welford.hpp), normalization, affine and gradients by
-// the per-element formulas of mpt/nn/norm_math.hpp, every value read from
+// functions of mpt/nn/layers/welford.hpp), normalization, affine and gradients by
+// the per-element formulas of mpt/nn/layers/norm_math.hpp, every value read from
 // its storage type widened exactly to FP32 and every result rounded once
 // into its storage type (nearest-even, overflow to inf, as mpt's Tensor
 // writes). An input of X elements is read as norm_math's (outer, channels,
@@ -278,7 +278,7 @@ void layer_norm_backward(std::int64_t rows, std::int64_t cols, const X* d_x, con
 // --- Softmax cross-entropy and masked softmax (kernels/nn/softmax.cu, Chapter 4) ----------
 //
 // Every row of logits or scores is reduced with the online (max, sum) of
-// mpt/nn/softmax_math.hpp (max_sum_add per thread, max_sum_merge across the
+// mpt/nn/layers/softmax_math.hpp (max_sum_add per thread, max_sum_merge across the
 // warp and the block), so the maximum is subtracted before every exp and the
 // row is read once for its statistics. fp16 in, FP32 arithmetic throughout,
 // each stored result rounded once to fp16 (nearest-even, overflow to ±inf,

@@ -1,7 +1,7 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: the CUDA
 // kernels, forward and backward, FP16, BF16 or FP32 in and out.
-// Depends on: mpt/nn/welford.hpp (Welford's update and Chan's merge, the CPU
-// layers' own functions), mpt/nn/norm_math.hpp (the per-element formulas),
+// Depends on: mpt/nn/layers/welford.hpp (Welford's update and Chan's merge, the CPU
+// layers' own functions), mpt/nn/layers/norm_math.hpp (the per-element formulas),
 // mpt/formats/round_element.hpp (decode, and the rounding of every stored
 // result in the simple versions), mpt/formats/codes.hpp (Fp16Code, Bf16Code),
 // kernels/nn/nn_kernels.hpp (the host API), cuda_check.cuh, cuda_fp16.h and
@@ -44,8 +44,8 @@
 #include "kernels/nn/nn_kernels.hpp"
 #include "mpt/formats/codes.hpp"
 #include "mpt/formats/round_element.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 namespace mpt::cuda {
 namespace {

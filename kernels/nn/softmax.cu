@@ -1,8 +1,8 @@
 // Chapter 04 — numerically stable softmax: the fused softmax cross-entropy
 // (forward and backward in one kernel) and the masked softmax of attention
 // rows, fp16 in and out, FP32 in between.
-// Depends on: mpt/nn/softmax_math.hpp (the online (max, sum) and its merge,
-// the CPU's own functions, and cross_entropy_of), mpt/nn/attention_math.hpp
+// Depends on: mpt/nn/layers/softmax_math.hpp (the online (max, sum) and its merge,
+// the CPU's own functions, and cross_entropy_of), mpt/nn/layers/attention_math.hpp
 // (a position's score and probability, the CPU attention's functions), mpt/formats/round_element.hpp (decode,
 // and the rounding of every stored result in version 1), mpt/formats/codes.hpp (Fp16Code),
 // kernels/nn/nn_kernels.hpp (the host API), cuda_check.cuh, cuda_fp16.h (the hardware fp16 conversions of
@@ -42,8 +42,8 @@
 #include "kernels/nn/nn_kernels.hpp"
 #include "mpt/formats/codes.hpp"
 #include "mpt/formats/round_element.hpp"
-#include "mpt/nn/attention_math.hpp"
-#include "mpt/nn/softmax_math.hpp"
+#include "mpt/nn/layers/attention_math.hpp"
+#include "mpt/nn/layers/softmax_math.hpp"
 
 namespace mpt::cuda {
 namespace {

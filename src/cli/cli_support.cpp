@@ -1,6 +1,6 @@
 // All chapters — what the command families share (see cli_support.hpp).
 // Depends on: cli_support.hpp, CLI11, and the mpt library's atomic writes
-// (core/atomic_file.hpp), format (format_names) and pitfall registry (ids),
+// (io/atomic_file.hpp), format (format_names) and pitfall registry (ids),
 // for the choices in error lines.
 #include "cli_support.hpp"
 
@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "mpt/core/atomic_file.hpp"
-#include "mpt/core/pitfall.hpp"
 #include "mpt/core/text.hpp"
 #include "mpt/formats/format.hpp"
+#include "mpt/io/atomic_file.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::cli {
 

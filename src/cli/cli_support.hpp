@@ -86,12 +86,12 @@ std::string one_line(std::string s);
 /// Write `text` to `path` atomically: a reader sees the old file or the new
 /// one, never half of it. A path that is, or links to, anything but a
 /// regular file (a directory, a device, a FIFO) is refused, a link is
-/// written through (core/atomic_file.hpp says why). Failure or refusal is a
+/// written through (io/atomic_file.hpp says why). Failure or refusal is a
 /// UsageError naming the path.
 void write_atomically(const std::string& path, const std::string& text);
 
 /// Refuse, before any work, an output path write_atomically() would refuse
-/// (core/atomic_file.hpp's atomic_write_target()): a UsageError
+/// (io/atomic_file.hpp's atomic_write_target()): a UsageError
 /// "OPTION: <why>". For options whose file is written after a long run or
 /// after output has begun (mpt train --plot, the tour's reports).
 void check_output_path(const std::string& option, const std::string& path);

@@ -18,8 +18,8 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
-#include "mpt/core/input_error.hpp"
-#include "mpt/core/pitfall.hpp"
+#include "mpt/io/input_error.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "cli_support.hpp"
 #include "command.hpp"
 #include "mpt/amp/scaler_sim.hpp"
-#include "mpt/core/atomic_file.hpp"
 #include "mpt/formats/explain.hpp"
+#include "mpt/io/atomic_file.hpp"
 
 namespace {
 

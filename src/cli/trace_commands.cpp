@@ -29,9 +29,9 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/mlp.hpp"
-#include "mpt/nn/model_factory.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/mlp.hpp"
+#include "mpt/nn/models/model_factory.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "trace_commands.hpp"
 
 namespace {

@@ -3,8 +3,8 @@
 // policy and scaler, with progress, atomic checkpoints and bit-exact resume.
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
 // the mpt library's train tier (run.hpp, checkpoint.hpp, test_hooks.hpp),
-// nn/data.hpp (DataFileMissing), formats/explain.hpp (shortest_decimal),
-// core/atomic_file.hpp (file_kind); POSIX (isatty, access, mkdir, mkstemp,
+// nn/data/data.hpp (DataFileMissing), formats/explain.hpp (shortest_decimal),
+// io/atomic_file.hpp (file_kind); POSIX (isatty, access, mkdir, mkstemp,
 // popen) and gnuplot for --plot.
 //
 // Everything is read and checked before the first byte of output: the
@@ -44,11 +44,11 @@
 
 #include "cli_support.hpp"
 #include "command.hpp"
-#include "mpt/core/atomic_file.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/dist/communicator.hpp"
 #include "mpt/formats/explain.hpp"
-#include "mpt/nn/data.hpp"
+#include "mpt/io/atomic_file.hpp"
+#include "mpt/nn/data/data.hpp"
 #include "mpt/train/checkpoint.hpp"
 #include "mpt/train/run.hpp"
 #include "mpt/train/test_hooks.hpp"

@@ -1,7 +1,7 @@
 // Chapter 02 — what one MLP training step costs in emulated mixed precision
 // next to FP32, both measured in the same run: time and the activation
 // memory kept for backward.
-// Depends on: mpt/nn/mlp.hpp, losses.hpp, mpt/optim/sgd.hpp,
+// Depends on: mpt/nn/models/mlp.hpp, losses.hpp, mpt/optim/sgd.hpp,
 // mpt/amp/grad_scaler.hpp, mpt/core/random.hpp (Rng), bench_support.hpp,
 // Google Benchmark.
 //
@@ -35,8 +35,8 @@
 #include "bench_support.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/random.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace {

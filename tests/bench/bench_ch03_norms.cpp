@@ -1,7 +1,7 @@
 // Chapter 03 — how fast are BatchNorm and LayerNorm forward with fp16 input
 // and output on one CPU core, and what do FP32 statistics cost next to naive
 // FP16 ones?
-// Depends on: mpt/nn/batch_norm.hpp, mpt/nn/layer_norm.hpp, mpt/nn/norm_math.hpp
+// Depends on: mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/layer_norm.hpp, mpt/nn/layers/norm_math.hpp
 // (the layout), mpt/core/context.hpp, mpt/core/policy.hpp, mpt/core/random.hpp,
 // mpt/formats/rounding.hpp (avx2_available), bench_support.hpp, Google
 // Benchmark; F16C/AVX2 intrinsics for the naive baseline (x86 only); glibc's
@@ -66,9 +66,9 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

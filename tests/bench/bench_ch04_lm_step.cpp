@@ -1,6 +1,6 @@
 // Chapter 04 — what one training step of the tiny Transformer costs in
 // emulated mixed precision next to FP32, measured in the same run.
-// Depends on: mpt/nn/transformer.hpp (TinyTransformer), mpt/nn/softmax.hpp
+// Depends on: mpt/nn/models/transformer.hpp (TinyTransformer), mpt/nn/layers/softmax.hpp
 // (cross_entropy), mpt/optim/adamw.hpp, mpt/amp/grad_scaler.hpp,
 // mpt/core/random.hpp (Rng), bench_support.hpp, Google Benchmark.
 //
@@ -29,8 +29,8 @@
 #include "bench_support.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/random.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/adamw.hpp"
 
 namespace {

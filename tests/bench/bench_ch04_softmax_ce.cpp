@@ -1,8 +1,8 @@
 // Chapter 04 — numerically stable softmax and cross-entropy: the fused CPU
 // softmax cross-entropy (loss and fp16 gradient of fp16 logits in one call,
-// src/mpt/nn/softmax_cpu.hpp) against memcpy of the bytes it must move and
+// src/mpt/nn/cpu/softmax_cpu.hpp) against memcpy of the bytes it must move and
 // against the same computation as separate passes, one core.
-// Depends on: Google Benchmark, bench_support.hpp, mpt/nn/softmax_cpu.hpp.
+// Depends on: Google Benchmark, bench_support.hpp, mpt/nn/cpu/softmax_cpu.hpp.
 //
 // Rows of K = 32768 fp16 logits (a vocabulary of that size), targets at
 // random. The fused kernel must read every logit once and write its
@@ -29,7 +29,7 @@
 #include "bench_support.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax_cpu.hpp"
+#include "mpt/nn/cpu/softmax_cpu.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Chapter 05 — what data parallelism's communication costs on real ranks.
 // Depends on: mpt/dist/ddp.hpp, mpt/dist/mpi_communicator.hpp (mpt::dist_mpi),
-// mpt/nn/mlp.hpp, mpt/nn/losses.hpp, mpt/optim/sgd.hpp, MPI (the raw
+// mpt/nn/models/mlp.hpp, mpt/nn/layers/losses.hpp, mpt/optim/sgd.hpp, MPI (the raw
 // MPI_Allreduce, the yardstick). No Google Benchmark: an MPI program that
 // times with MPI_Wtime, the slowest rank's time of each repeat, the median.
 //
@@ -41,8 +41,8 @@
 
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/mpi_communicator.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace bench_ch05 {

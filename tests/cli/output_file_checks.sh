@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All chapters — every option that writes a file, checked against what may
-# already be at its path (core/atomic_file.hpp's rules): a symbolic link is
+# already be at its path (io/atomic_file.hpp's rules): a symbolic link is
 # written through and stays a link; a device, a FIFO, a folder, or a link to
 # one, is refused and still what it was; a write that fails is one line and
 # leaves the old file.

@@ -15,9 +15,9 @@
 
 #include "mpt/dist/communicator.hpp"
 #include "mpt/dist/ddp.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 
 namespace mpt_test {
 

@@ -5,7 +5,7 @@
 // that fails (the file size limit, as a full disk would) an error that
 // leaves the old file. (Labelled ch01: `mpt range --svg` is the first option
 // that writes a file.)
-// Depends on: mpt/core/atomic_file.hpp; POSIX (mkdtemp, mkfifo, symlink,
+// Depends on: mpt/io/atomic_file.hpp; POSIX (mkdtemp, mkfifo, symlink,
 // lstat, readlink, setrlimit, alarm).
 #include <doctest/doctest.h>
 
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/core/atomic_file.hpp"
+#include "mpt/io/atomic_file.hpp"
 
 using namespace mpt;
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

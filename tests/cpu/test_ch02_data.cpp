@@ -15,7 +15,7 @@
 
 #include <zlib.h>
 
-#include "mpt/nn/data.hpp"
+#include "mpt/nn/data/data.hpp"
 
 using namespace mpt;
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GPU-style GEMM
 // (f16/bf16 inputs, FP32 accumulation, one rounding of the result) and the
 // fp16-accumulate pitfall GEMM.
-// Depends on: mpt/nn/gemm.hpp, mpt/nn/data.hpp (Rng), Chapter 1 rounding.
+// Depends on: mpt/nn/cpu/gemm.hpp, mpt/nn/data/data.hpp (Rng), Chapter 1 rounding.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/gemm.hpp"
+#include "mpt/nn/cpu/gemm.hpp"
+#include "mpt/nn/data/data.hpp"
 #include "mpt/nn/parameter.hpp"
 
 using namespace mpt;

@@ -3,7 +3,7 @@
 // differences (layer_math<double>, the same templates the float layers
 // run); then the mixed-precision layers are checked to run exactly those
 // formulas with the GPU's rounding points.
-// Depends on: mpt/nn/layer_math.hpp, linear.hpp, activations.hpp, losses.hpp,
+// Depends on: mpt/nn/layers/layer_math.hpp, linear.hpp, activations.hpp, losses.hpp,
 // module.hpp, the core tier (Context, UniformPolicy, Rng).
 #include <doctest/doctest.h>
 
@@ -16,10 +16,10 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/activations.hpp"
-#include "mpt/nn/layer_math.hpp"
-#include "mpt/nn/linear.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/activations.hpp"
+#include "mpt/nn/layers/layer_math.hpp"
+#include "mpt/nn/layers/linear.hpp"
+#include "mpt/nn/layers/losses.hpp"
 
 using namespace mpt;
 using MatD = Mat<double>;

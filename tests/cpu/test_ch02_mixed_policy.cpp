@@ -1,6 +1,6 @@
 // Chapter 02 — precision as data: the MLP trained with a mixed policy (fc3
 // kept in FP32 inside an f16 model), and the precision trace that shows it.
-// Depends on: mpt/nn/mlp.hpp, losses.hpp, data.hpp, mpt/optim/sgd.hpp,
+// Depends on: mpt/nn/models/mlp.hpp, losses.hpp, data.hpp, mpt/optim/sgd.hpp,
 // mpt/amp/grad_scaler.hpp, the core tier (policies, trace).
 #include <doctest/doctest.h>
 
@@ -12,9 +12,9 @@
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 using namespace mpt;

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
 

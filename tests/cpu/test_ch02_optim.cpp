@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
 

@@ -1,6 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation
 // behind `mpt scaler simulate` (src/mpt/scaler_sim.*).
-// Depends on: mpt/scaler_sim.hpp, mpt/core/atomic_file.hpp (FileWriteError), test_support.hpp (the XML
+// Depends on: mpt/scaler_sim.hpp, mpt/io/atomic_file.hpp (FileWriteError), test_support.hpp (the XML
 // check). The trajectories are pinned to values worked out by hand, not to a second GradScaler; the plot is
 // read back from its SVG: markers, staircase levels.
 #include <doctest/doctest.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "mpt/amp/scaler_sim.hpp"
-#include "mpt/core/atomic_file.hpp"
+#include "mpt/io/atomic_file.hpp"
 #include "test_support.hpp"
 
 using mpt::ScalerSimulation;

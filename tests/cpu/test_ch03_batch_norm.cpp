@@ -5,7 +5,7 @@
 // the policy's parameter dtype); the float layer against the double
 // formulas; the running-update guard; the trace; train/eval through a
 // Sequential; the errors.
-// Depends on: mpt/nn/batch_norm.hpp, norm_math.hpp, welford.hpp, module.hpp,
+// Depends on: mpt/nn/layers/batch_norm.hpp, norm_math.hpp, welford.hpp, module.hpp,
 // the core tier (Context, policies, Trace, Rng), Chapter 1's format descriptors.
 #include <doctest/doctest.h>
 
@@ -22,10 +22,10 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/batch_norm.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 #include "mpt/nn/module.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
 
 using namespace mpt;
 using VecD = std::vector<double>;

@@ -4,8 +4,8 @@
 // three ways of keeping norms in FP32 (none, by path, by op), training on a
 // synthetic 8×8 set, train/eval reaching the BatchNorms, and the Model's
 // errors.
-// Depends on: mpt/nn/cnn.hpp, mpt/nn/batch_norm.hpp, mpt/nn/conv.hpp,
-// mpt/nn/data.hpp, mpt/nn/losses.hpp, mpt/optim/sgd.hpp.
+// Depends on: mpt/nn/models/cnn.hpp, mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/conv.hpp,
+// mpt/nn/data/data.hpp, mpt/nn/layers/losses.hpp, mpt/optim/sgd.hpp.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/cnn.hpp"
-#include "mpt/nn/conv.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/conv.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/cnn.hpp"
 #include "mpt/optim/sgd.hpp"
 
 using namespace mpt;

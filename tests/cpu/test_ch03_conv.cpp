@@ -4,7 +4,7 @@
 // mixed-precision layer against those loops, rounded where a GPU rounds;
 // its policy questions, trace entries and errors; and a small CNN on 8×8
 // images, end to end.
-// Depends on: mpt/nn/conv.hpp, conv_math.hpp, pooling.hpp, activations.hpp,
+// Depends on: mpt/nn/layers/conv.hpp, conv_math.hpp, pooling.hpp, activations.hpp,
 // linear.hpp, losses.hpp, layer_math.hpp, module.hpp; the core tier
 // (Context, policies, Trace, Rng); Chapter 1's rounding.
 #include <doctest/doctest.h>
@@ -22,14 +22,14 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/activations.hpp"
-#include "mpt/nn/conv.hpp"
-#include "mpt/nn/conv_math.hpp"
-#include "mpt/nn/layer_math.hpp"
-#include "mpt/nn/linear.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/activations.hpp"
+#include "mpt/nn/layers/conv.hpp"
+#include "mpt/nn/layers/conv_math.hpp"
+#include "mpt/nn/layers/layer_math.hpp"
+#include "mpt/nn/layers/linear.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/layers/pooling.hpp"
 #include "mpt/nn/module.hpp"
-#include "mpt/nn/pooling.hpp"
 
 using namespace mpt;
 using MatD = Mat<double>;

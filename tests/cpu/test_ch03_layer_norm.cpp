@@ -3,7 +3,7 @@
 // central finite differences; PyTorch's semantics against numbers worked out
 // in the test; the precision rules; the float layer against the double
 // formulas; the trace; the errors.
-// Depends on: mpt/nn/layer_norm.hpp, norm_math.hpp, welford.hpp, the core
+// Depends on: mpt/nn/layers/layer_norm.hpp, norm_math.hpp, welford.hpp, the core
 // tier (Context, policies, Trace, Rng), Chapter 1's format descriptors.
 #include <doctest/doctest.h>
 
@@ -19,9 +19,9 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 using namespace mpt;
 using VecD = std::vector<double>;

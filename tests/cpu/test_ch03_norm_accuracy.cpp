@@ -3,7 +3,7 @@
 // PyTorch's CPU methods (chapters/03-normalization/norm_methods.hpp, where
 // they are written out with their sources), on inputs whose mean is far
 // above their spread (mean/std from 10² to 10⁴).
-// Depends on: mpt/nn/norm_cpu.hpp, norm_math.hpp, batch_norm.hpp,
+// Depends on: mpt/nn/cpu/norm_cpu.hpp, norm_math.hpp, batch_norm.hpp,
 // layer_norm.hpp, the core tier (Tensor, Context, Policy, Rng), the chapter's
 // norm_methods.hpp, doctest.
 //
@@ -24,10 +24,10 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_cpu.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/cpu/norm_cpu.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 using namespace mpt;
 using VecF = std::vector<float>;
@@ -55,7 +55,8 @@ struct Worst {
 
 }  // namespace
 
-TEST_CASE("BatchNorm's FP32 statistics: within one rounding of exact, and no worse than PyTorch's CPU BatchNorm") {
+TEST_CASE(
+    "BatchNorm's FP32 statistics: within one rounding of exact, and no worse than PyTorch's CPU BatchNorm") {
   struct Case {
     std::int64_t n, c, hw;
     double mean, sd;
@@ -92,10 +93,9 @@ TEST_CASE("BatchNorm's FP32 statistics: within one rounding of exact, and no wor
       torch.add(ch03::torch_batch_norm(v.data(), l.count()), ref);
     }
   }
-  MESSAGE("worst relative error, mpt vs PyTorch's method: mean " << lib.mean << " vs " << torch.mean
-                                                                << ", biased var " << lib.var_biased << " vs "
-                                                                << torch.var_biased << ", unbiased var "
-                                                                << lib.var_unbiased << " vs " << torch.var_unbiased);
+  MESSAGE("worst relative error, mpt vs PyTorch's method: mean "
+          << lib.mean << " vs " << torch.mean << ", biased var " << lib.var_biased << " vs "
+          << torch.var_biased << ", unbiased var " << lib.var_unbiased << " vs " << torch.var_unbiased);
   CHECK(lib.mean <= torch.mean);
   CHECK(lib.var_biased <= torch.var_biased);
   CHECK(lib.var_unbiased <= torch.var_unbiased);
@@ -128,8 +128,9 @@ TEST_CASE("LayerNorm's FP32 output and statistics: no worse than PyTorch's CPU L
     std::int64_t rows, d;
     double mean, sd;
   };
-  const Case cases[] = {{4, 768, 100.0, 1.0}, {4, 768, 1000.0, 1.0}, {4, 768, 1e4, 1.0}, {8, 200, 3000.0, 1.0},
-                        {2, 4096, 1e4, 1.0},  {16, 64, 500.0, 0.1},  {3, 1000, -2e3, 0.5}};
+  const Case cases[] = {{4, 768, 100.0, 1.0},  {4, 768, 1000.0, 1.0}, {4, 768, 1e4, 1.0},
+                        {8, 200, 3000.0, 1.0}, {2, 4096, 1e4, 1.0},   {16, 64, 500.0, 0.1},
+                        {3, 1000, -2e3, 0.5}};
   Worst lib, torch;
   std::uint64_t seed = 200;
   const auto eps = static_cast<float>(1e-5);  // what LayerNorm computes with (its eps in FP32)
@@ -166,9 +167,8 @@ TEST_CASE("LayerNorm's FP32 output and statistics: no worse than PyTorch's CPU L
       }
     }
   }
-  MESSAGE("worst error, mpt vs PyTorch's method: mean (relative) " << lib.mean << " vs " << torch.mean
-                                                                   << ", y (absolute) " << lib.y << " vs "
-                                                                   << torch.y);
+  MESSAGE("worst error, mpt vs PyTorch's method: mean (relative) "
+          << lib.mean << " vs " << torch.mean << ", y (absolute) " << lib.y << " vs " << torch.y);
   CHECK(lib.mean <= torch.mean);
   CHECK(lib.y <= torch.y);
 }

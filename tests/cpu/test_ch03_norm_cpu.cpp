@@ -2,7 +2,7 @@
 // channel's sums, and the channel-by-channel CPU forward the layers run,
 // against a textbook two-pass reference, an independent loop in the
 // documented order, and the whole-tensor formulas rounded once.
-// Depends on: mpt/nn/norm_cpu.hpp, norm_math.hpp, welford.hpp,
+// Depends on: mpt/nn/cpu/norm_cpu.hpp, norm_math.hpp, welford.hpp,
 // batch_norm.hpp, layer_norm.hpp, the core tier (Tensor, Context, Rng).
 #include <doctest/doctest.h>
 
@@ -16,11 +16,11 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_cpu.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/cpu/norm_cpu.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 using namespace mpt;
 using norm_math::AffineAxis;

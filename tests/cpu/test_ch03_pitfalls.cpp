@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

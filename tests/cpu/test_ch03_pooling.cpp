@@ -4,7 +4,7 @@
 // padding); the mixed-precision layers against pooling written out in the
 // test; their policy questions, trace entries and errors; the reshapes as
 // views that ask and cast nothing.
-// Depends on: mpt/nn/pooling.hpp, conv_math.hpp, module.hpp; the core tier
+// Depends on: mpt/nn/layers/pooling.hpp, conv_math.hpp, module.hpp; the core tier
 // (Context, policies, Trace, Rng); Chapter 1's rounding.
 #include <doctest/doctest.h>
 
@@ -21,9 +21,9 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/conv_math.hpp"
+#include "mpt/nn/layers/conv_math.hpp"
+#include "mpt/nn/layers/pooling.hpp"
 #include "mpt/nn/module.hpp"
-#include "mpt/nn/pooling.hpp"
 
 using namespace mpt;
 using MatD = Mat<double>;

@@ -1,7 +1,7 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: Welford's update
 // and Chan's merge against a double two-pass reference, and why the norms
 // use them (the one-pass E[x²] − E[x]² in float cancels).
-// Depends on: mpt/nn/welford.hpp, the core tier's Rng.
+// Depends on: mpt/nn/layers/welford.hpp, the core tier's Rng.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mpt/core/random.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 using namespace mpt;
 

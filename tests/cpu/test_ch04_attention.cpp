@@ -5,7 +5,7 @@
 // it; masks (causal, boolean, additive, −inf, fully masked rows); the f16
 // overflow of unscaled scores; the module's backward through its Linear
 // layers against finite differences of an FP64 model; the trace; the errors.
-// Depends on: mpt/nn/attention.hpp, attention_math.hpp, the core tier
+// Depends on: mpt/nn/layers/attention.hpp, attention_math.hpp, the core tier
 // (Context, policies, Trace, Rng).
 #include <doctest/doctest.h>
 
@@ -22,8 +22,8 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/attention.hpp"
-#include "mpt/nn/attention_math.hpp"
+#include "mpt/nn/layers/attention.hpp"
+#include "mpt/nn/layers/attention_math.hpp"
 
 using namespace mpt;
 using VecD = std::vector<double>;

@@ -3,7 +3,7 @@
 // test, repeated indices, the policy's dtypes, tied weights receiving both
 // gradients (against finite differences of an FP64 model), the trace, the
 // errors.
-// Depends on: mpt/nn/embedding.hpp, the core tier (Context, policies, Trace, Rng).
+// Depends on: mpt/nn/layers/embedding.hpp, the core tier (Context, policies, Trace, Rng).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/embedding.hpp"
+#include "mpt/nn/layers/embedding.hpp"
 
 using namespace mpt;
 using VecD = std::vector<double>;

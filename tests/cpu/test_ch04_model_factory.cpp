@@ -1,6 +1,6 @@
-// Chapter 04 — the model factory (mpt/nn/model_factory.hpp): every chapter
+// Chapter 04 — the model factory (mpt/nn/models/model_factory.hpp): every chapter
 // model by its name, as `mpt trace` and `mpt train` build it.
-// Depends on: mpt/nn/model_factory.hpp, mlp.hpp, cnn.hpp, transformer.hpp,
+// Depends on: mpt/nn/models/model_factory.hpp, mlp.hpp, cnn.hpp, transformer.hpp,
 // the core tier (Policy, Tensor), doctest.
 #include <doctest/doctest.h>
 
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "mpt/core/policy.hpp"
-#include "mpt/nn/cnn.hpp"
-#include "mpt/nn/mlp.hpp"
-#include "mpt/nn/model_factory.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/cnn.hpp"
+#include "mpt/nn/models/mlp.hpp"
+#include "mpt/nn/models/model_factory.hpp"
+#include "mpt/nn/models/transformer.hpp"
 
 using namespace mpt;
 

@@ -3,7 +3,7 @@
 // additive masks in fp16, the plain softmax of a fully masked row, Q Kᵀ
 // stored before the scale, a softmax with autocast disabled, the tiny
 // Transformer trained with the naive loss).
-// Depends on: mpt/core/pitfall.hpp, mpt::chapters (pitfall_registry),
+// Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
 // doctest, test_support.hpp.
 //
 // Every entry must still show its failure and its fix, its checks must be
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

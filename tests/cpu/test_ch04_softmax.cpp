@@ -5,7 +5,7 @@
 // against FP64 central finite differences, the precision rules (FP32 loss,
 // gradients in the logits' dtype, f16 compute refused), adversarial rows,
 // the trace and the one-line errors.
-// Depends on: mpt/nn/softmax.hpp, softmax_math.hpp, the core tier (Context,
+// Depends on: mpt/nn/layers/softmax.hpp, softmax_math.hpp, the core tier (Context,
 // policies, Trace, Rng).
 #include <doctest/doctest.h>
 
@@ -23,8 +23,8 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/softmax_math.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/layers/softmax_math.hpp"
 
 using namespace mpt;
 using VecD = std::vector<double>;

@@ -4,7 +4,7 @@
 // benchmark compares it with. Every check runs on the portable loops and on
 // the automatic choice (the AVX2 loops where the CPU has them); the bit for
 // bit comparison of the two is test_ch04_softmax_cpu_avx2.cpp.
-// Depends on: mpt/nn/softmax_cpu.hpp, the core tier (dtype conversions, Rng).
+// Depends on: mpt/nn/cpu/softmax_cpu.hpp, the core tier (dtype conversions, Rng).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax_cpu.hpp"
+#include "mpt/nn/cpu/softmax_cpu.hpp"
 
 using namespace mpt;
 using softmax_cpu::FusedOptions;

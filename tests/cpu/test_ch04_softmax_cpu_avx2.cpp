@@ -1,9 +1,9 @@
 // Chapter 04 — numerically stable softmax and cross-entropy: the AVX2 loops
-// of the fused CPU kernel (src/mpt/nn/softmax_cpu_avx2.cpp) give the
+// of the fused CPU kernel (src/mpt/nn/cpu/softmax_cpu_avx2.cpp) give the
 // portable loops' bits: exp, loss, every row's loss, every gradient code.
 // Without AVX2 this program exits 77 (CTest: Skipped): there is nothing to
 // compare, and nothing passed.
-// Depends on: mpt/nn/softmax_cpu.hpp, avx2_test_main.hpp, the core tier.
+// Depends on: mpt/nn/cpu/softmax_cpu.hpp, avx2_test_main.hpp, the core tier.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -14,7 +14,7 @@
 #include "avx2_test_main.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax_cpu.hpp"
+#include "mpt/nn/cpu/softmax_cpu.hpp"
 
 using namespace mpt;
 

@@ -3,7 +3,7 @@
 // independence up to rounding, the rules for the empty set, −inf, +inf and
 // NaN; the two-pass row_max_sum, and the row functions in double against
 // formulas evaluated here in long double.
-// Depends on: mpt/nn/softmax_math.hpp, mpt/core/random.hpp (Rng).
+// Depends on: mpt/nn/layers/softmax_math.hpp, mpt/core/random.hpp (Rng).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mpt/core/random.hpp"
-#include "mpt/nn/softmax_math.hpp"
+#include "mpt/nn/layers/softmax_math.hpp"
 
 using namespace mpt;
 

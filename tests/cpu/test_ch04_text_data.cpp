@@ -1,6 +1,6 @@
 // Chapter 04 — a tiny language model: the character corpus, its vocabulary
 // and the next-token windows.
-// Depends on: mpt/nn/text_data.hpp, the core tier's Rng.
+// Depends on: mpt/nn/data/text_data.hpp, the core tier's Rng.
 #include <doctest/doctest.h>
 
 #include <set>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "mpt/core/random.hpp"
-#include "mpt/nn/text_data.hpp"
+#include "mpt/nn/data/text_data.hpp"
 
 using namespace mpt;
 

@@ -1,5 +1,5 @@
 // Chapter 04 — tests of the tiny decoder-only Transformer and its training loop.
-// Depends on: mpt/nn/transformer.hpp, mpt/core/policy.hpp, mpt/core/trace.hpp,
+// Depends on: mpt/nn/models/transformer.hpp, mpt/core/policy.hpp, mpt/core/trace.hpp,
 // chapters/04-softmax-attention/training.hpp (train_lm), doctest.
 //
 // The whole model's backward against central differences of an FP64 loss
@@ -19,7 +19,7 @@
 #include "../../chapters/04-softmax-attention/training.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 
 namespace {
 

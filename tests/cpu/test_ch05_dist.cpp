@@ -25,9 +25,9 @@
 #include "mpt/dist/sharded.hpp"
 #include "mpt/dist/thread_world.hpp"
 #include "mpt/formats/storage.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/text_data.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/data/text_data.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/sgd.hpp"
 
 using mpt::DType;

@@ -1,5 +1,5 @@
 // Chapter 05 — tests of chapter 5's pitfalls
-// Depends on: mpt/core/pitfall.hpp, mpt::chapters (pitfall_registry),
+// Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
 // doctest, test_support.hpp.
 //
 // The pitfalls: an fp16 all-reduce that sums before dividing, ZeRO-1
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

@@ -24,9 +24,9 @@
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sync_batch_norm.hpp"
 #include "mpt/dist/thread_world.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/cnn.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/welford.hpp"
+#include "mpt/nn/models/cnn.hpp"
 
 using mpt::DType;
 using mpt::Tensor;

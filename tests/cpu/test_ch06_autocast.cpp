@@ -10,7 +10,7 @@
 // the ban, regions that are off, the weight cast cache, the dtype the
 // weight gradient passes through, and the norms' fp16 γ and β under autocast.
 // Depends on: mpt/core/autocast.hpp, policy_string.hpp, ops.hpp;
-// mpt/nn/mlp.hpp, layer_norm.hpp, losses.hpp; mpt/optim/sgd.hpp; Chapter 1's rounding.
+// mpt/nn/models/mlp.hpp, layer_norm.hpp, losses.hpp; mpt/optim/sgd.hpp; Chapter 1's rounding.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -28,9 +28,9 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 using namespace mpt;

@@ -4,7 +4,7 @@
 // tiny Transformer (f16 moves fewer bytes and puts the products on the tensor
 // cores); then the measured search's pieces: the policy string it writes,
 // the gradient error, the greedy pass held to its budget.
-// Depends on: mpt/core/cost_model.hpp, policy_string.hpp; mpt/nn/transformer.hpp
+// Depends on: mpt/core/cost_model.hpp, policy_string.hpp; mpt/nn/models/transformer.hpp
 // (the Transformer, trace_step); mpt/train/policy_search.hpp.
 #include <doctest/doctest.h>
 
@@ -16,7 +16,7 @@
 #include "mpt/core/cost_model.hpp"
 #include "mpt/core/path_pattern.hpp"
 #include "mpt/core/policy_string.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/train/policy_search.hpp"
 
 using namespace mpt;

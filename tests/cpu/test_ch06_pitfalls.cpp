@@ -1,5 +1,5 @@
 // Chapter 06 — tests of chapter 6's pitfalls
-// Depends on: mpt/core/pitfall.hpp, mpt::chapters (pitfall_registry),
+// Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
 // doctest, test_support.hpp.
 //
 // The pitfalls: a per-layer policy by name substring, binary_cross_entropy
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <string>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 #include "test_support.hpp"
 
 namespace {

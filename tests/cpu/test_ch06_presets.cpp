@@ -4,7 +4,7 @@
 // mixed_bfloat16, and jmp's grammar and defaults (jmp/_src/policy.py at
 // 7b3a5f784eca7e1f0f9d231ef8c9dae181f01f16): what each decides, what each
 // asks of a run, and the one-line refusals.
-// Depends on: mpt/core/presets.hpp, policy_string.hpp; mpt/nn/mlp.hpp.
+// Depends on: mpt/core/presets.hpp, policy_string.hpp; mpt/nn/models/mlp.hpp.
 #include <doctest/doctest.h>
 
 #include <stdexcept>
@@ -12,7 +12,7 @@
 
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/presets.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 
 using namespace mpt;
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt_test {
 

@@ -2,8 +2,8 @@
 // Rng, SGD and AdamW state, Batches, the atomic save (the write itself:
 // test_ch01_atomic_file.cpp); every corruption of a
 // checkpoint's bytes refused with one line.
-// Depends on: mpt/train/checkpoint.hpp, mpt/core/atomic_file.hpp,
-// mpt/core/random.hpp, mpt/nn/data.hpp, mpt/optim/sgd.hpp, mpt/optim/adamw.hpp.
+// Depends on: mpt/train/checkpoint.hpp, mpt/io/atomic_file.hpp,
+// mpt/core/random.hpp, mpt/nn/data/data.hpp, mpt/optim/sgd.hpp, mpt/optim/adamw.hpp.
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "mpt/core/atomic_file.hpp"
 #include "mpt/core/random.hpp"
-#include "mpt/nn/data.hpp"
+#include "mpt/io/atomic_file.hpp"
+#include "mpt/nn/data/data.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
 #include "mpt/train/checkpoint.hpp"

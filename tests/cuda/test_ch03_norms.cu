@@ -77,9 +77,9 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // kernels (kernels/nn/softmax.cu) against FP64 references written out here.
 // Depends on: mpt::kernels (kernels/nn/nn_kernels.hpp), mpt/formats
 // (round_element.hpp: fp16 decoding and rounding on the host), mpt's CPU
-// attention (mpt/nn/attention.hpp, with Tensor, Context and Policy: what the
+// attention (mpt/nn/layers/attention.hpp, with Tensor, Context and Policy: what the
 // masked softmax is compared with), gpu_test_support.hpp. Without a usable
 // GPU it exits 77 (CTest: Skipped).
 //
@@ -69,7 +69,7 @@
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/format_spec.hpp"
 #include "mpt/formats/round_element.hpp"
-#include "mpt/nn/attention.hpp"
+#include "mpt/nn/layers/attention.hpp"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "mpi_world.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/dist/ddp.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/cnn.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/models/cnn.hpp"
 
 using mpt::DType;
 using mpt::Tensor;

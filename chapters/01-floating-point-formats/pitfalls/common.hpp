@@ -1,6 +1,6 @@
 // Chapter 01 — floating-point formats and their limits: what the chapter's
 // pitfalls share, and the declarations of their registry entries.
-// Depends on: mpt/core/pitfall.hpp (Check, Pitfall, RunResult),
+// Depends on: mpt/registry/pitfall.hpp (Check, Pitfall, RunResult),
 // mpt/formats/format.hpp (Format); <cmath>, <cstdint>, <functional>,
 // <random>, <string>.
 //
@@ -23,8 +23,8 @@
 #include <random>
 #include <string>
 
-#include "mpt/core/pitfall.hpp"
 #include "mpt/formats/format.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch01 {
 

@@ -2,7 +2,7 @@
 // Depends on: the C++17 standard library for 2.1 to 2.3 (the grader compares
 // with mpt's GradScaler arithmetic, src/mpt/amp/scaler_math.hpp and
 // unscale.hpp); mpt's training stack for 2.4 (mpt/amp/grad_scaler.hpp,
-// mpt/nn/data.hpp, mpt/nn/mlp.hpp, mpt/optim/optimizer.hpp).
+// mpt/nn/data/data.hpp, mpt/nn/models/mlp.hpp, mpt/optim/optimizer.hpp).
 // The grader includes this file and calls exactly these functions; the
 // student writes them in ex02.cpp. Changing a signature breaks the grader.
 #pragma once
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/optimizer.hpp"
 
 /// Chapter 2 exercises: the dynamic loss scale's update rule, the fused

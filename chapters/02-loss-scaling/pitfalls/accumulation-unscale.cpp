@@ -1,9 +1,9 @@
 // Chapter 02 — pitfall accumulation-unscale: gradient accumulation: unscale once, after the last micro-batch
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (blobs()), mpt/amp/grad_scaler.hpp,
-// mpt/amp/scaler_math.hpp (inverse_scale), mpt/nn/data.hpp,
-// mpt/nn/losses.hpp (cross_entropy_loss, cross_entropy_backward),
-// mpt/nn/mlp.hpp, mpt/optim/sgd.hpp; <cmath>, <cstddef>, <stdexcept>,
+// mpt/amp/scaler_math.hpp (inverse_scale), mpt/nn/data/data.hpp,
+// mpt/nn/layers/losses.hpp (cross_entropy_loss, cross_entropy_backward),
+// mpt/nn/models/mlp.hpp, mpt/optim/sgd.hpp; <cmath>, <cstddef>, <stdexcept>,
 // <string>, <utility>, <vector>.
 //
 // Gradients accumulated over micro-batches must stay scaled by one constant
@@ -21,9 +21,9 @@
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {

@@ -3,7 +3,7 @@
 // ../training.hpp (Batches, mlp_config, scaled_backward, blobs()),
 // mpt/amp/grad_scaler.hpp, mpt/core/dtype.hpp (format_of),
 // mpt/formats/format.hpp (format_named, limits_of),
-// mpt/formats/rounding.hpp (round_value), mpt/nn/mlp.hpp,
+// mpt/formats/rounding.hpp (round_value), mpt/nn/models/mlp.hpp,
 // mpt/optim/adamw.hpp; <cmath>, <cstddef>, <string>, <utility>.
 //
 // AdamW whose state and arithmetic are fp16: eps = 1e-8 rounds to 0 there,
@@ -21,7 +21,7 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/formats/format.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {

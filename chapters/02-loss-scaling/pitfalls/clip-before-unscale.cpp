@@ -1,7 +1,7 @@
 // Chapter 02 — pitfall clip-before-unscale: clipping before unscale clips to max_norm/S.
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (plain_step, scaled_backward, digits()),
-// mpt/amp/grad_scaler.hpp, mpt/nn/mlp.hpp, mpt/optim/sgd.hpp; <algorithm>,
+// mpt/amp/grad_scaler.hpp, mpt/nn/models/mlp.hpp, mpt/optim/sgd.hpp; <algorithm>,
 // <cmath>, <string>, <utility>, <vector>.
 //
 // Before unscale() the gradients are S times too large, so clip_grad_norm
@@ -18,7 +18,7 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {

@@ -1,7 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: the helpers the
 // chapter's pitfalls share (declared and described in common.hpp).
 // Depends on: common.hpp, ../training.hpp (batch_loss, mlp_config, blobs()),
-// mpt/nn/losses.hpp (accuracy); <cmath>, <cstdio>, <string>, <utility>.
+// mpt/nn/layers/losses.hpp (accuracy); <cmath>, <cstdio>, <string>, <utility>.
 #include "common.hpp"
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "../training.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 
 namespace mpt::ch02 {
 

@@ -1,8 +1,8 @@
 // Chapter 02 — loss scaling and FP32 master weights: what the chapter's
 // pitfalls share, and the declarations of their registry entries.
 // Depends on: ../training.hpp (Batches, the runs SgdRun, BlobsRun,
-// DigitsRun, the data sets), mpt/core/pitfall.hpp (Check, Pitfall, RunResult), mpt/nn/data.hpp
-// (Dataset), mpt/nn/mlp.hpp (Mlp), mpt/optim/sgd.hpp (SGD); <functional>,
+// DigitsRun, the data sets), mpt/registry/pitfall.hpp (Check, Pitfall, RunResult), mpt/nn/data/data.hpp
+// (Dataset), mpt/nn/models/mlp.hpp (Mlp), mpt/optim/sgd.hpp (SGD); <functional>,
 // <string>.
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
@@ -28,10 +28,10 @@
 #include <string>
 
 #include "../training.hpp"
-#include "mpt/core/pitfall.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch02 {
 

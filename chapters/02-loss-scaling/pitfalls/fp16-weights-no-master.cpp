@@ -1,6 +1,6 @@
 // Chapter 02 — pitfall fp16-weights-no-master: fp16 weights without FP32 master weights: small updates lost
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
-// ../training.hpp (plain_step, blobs()), mpt/nn/mlp.hpp (MasterWeights);
+// ../training.hpp (plain_step, blobs()), mpt/nn/models/mlp.hpp (MasterWeights);
 // Eigen (the weights as one vector); <cmath>, <string>, <utility>, <vector>.
 //
 // SGD with a small learning rate: most updates are smaller than half the
@@ -16,7 +16,7 @@
 
 #include "../training.hpp"
 #include "common.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 
 namespace mpt::ch02 {
 // This pitfall's own names: file-local, and in a namespace of their own,

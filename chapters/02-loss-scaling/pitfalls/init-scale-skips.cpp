@@ -1,8 +1,8 @@
 // Chapter 02 — pitfall init-scale-skips: the first iterations skipped, the schedule not.
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (Batches, mlp_config, scaled_backward, target_power),
-// mpt/amp/grad_scaler.hpp, mpt/nn/data.hpp (make_tiny_target_regression),
-// mpt/nn/mlp.hpp, mpt/optim/adamw.hpp, Eigen (the weights as one vector);
+// mpt/amp/grad_scaler.hpp, mpt/nn/data/data.hpp (make_tiny_target_regression),
+// mpt/nn/models/mlp.hpp, mpt/optim/adamw.hpp, Eigen (the weights as one vector);
 // <algorithm>, <cstddef>, <cstdint>, <string>, <utility>, <vector>.
 //
 // From 2^16 the scaler needs a few overflowing iterations to find a scale
@@ -22,8 +22,8 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {

@@ -1,7 +1,7 @@
 // Chapter 02 — pitfall no-loss-scaling: no loss scaling: small gradients flush to zero and training stalls
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (the tiny-target run), mpt/amp/grad_scaler.hpp,
-// mpt/nn/losses.hpp (mse_loss, mse_backward), mpt/nn/mlp.hpp,
+// mpt/nn/layers/losses.hpp (mse_loss, mse_backward), mpt/nn/models/mlp.hpp,
 // mpt/optim/adamw.hpp; <string>, <utility>, <vector>.
 //
 // The small gradients of a regression with tiny targets flush to zero in
@@ -16,8 +16,8 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/adamw.hpp"
 
 namespace mpt::ch02 {

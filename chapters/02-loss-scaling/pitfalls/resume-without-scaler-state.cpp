@@ -1,8 +1,8 @@
 // Chapter 02 — pitfall resume-without-scaler-state: a checkpoint without the GradScaler's state.
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (Batches, batch_loss, batch_loss_backward, mlp_config),
-// mpt/amp/grad_scaler.hpp (state_dict, load_state_dict), mpt/nn/data.hpp
-// (make_tiny_target_regression), mpt/nn/mlp.hpp, mpt/optim/sgd.hpp;
+// mpt/amp/grad_scaler.hpp (state_dict, load_state_dict), mpt/nn/data/data.hpp
+// (make_tiny_target_regression), mpt/nn/models/mlp.hpp, mpt/optim/sgd.hpp;
 // <algorithm>, <cmath>, <cstddef>, <string>, <utility>, <vector>.
 //
 // A dynamic scale is learned state: the scaler spent its first iterations
@@ -22,8 +22,8 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {

@@ -1,7 +1,7 @@
 // Chapter 02 — pitfall update-forgotten: update() forgotten: the next step() is refused
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (scaled_backward), mpt/amp/grad_scaler.hpp,
-// mpt/nn/mlp.hpp, mpt/optim/sgd.hpp; <stdexcept>, <string>, <utility>.
+// mpt/nn/models/mlp.hpp, mpt/optim/sgd.hpp; <stdexcept>, <string>, <utility>.
 //
 // step() marks the optimizer as stepped until update() resets the scaler's
 // per-optimizer state; without update() the next iteration's step() throws,
@@ -13,7 +13,7 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch02 {

@@ -1,7 +1,7 @@
 // Chapter 03 — exercises: the adapter header, the student's specification.
 // Depends on: the C++17 standard library for 3.1 and 3.2 (the grader compares
-// them with mpt's Welford merge, src/mpt/nn/welford.hpp, and the norm
-// formulas of src/mpt/nn/norm_math.hpp in double); mpt/core/tensor.hpp for
+// them with mpt's Welford merge, src/mpt/nn/layers/welford.hpp, and the norm
+// formulas of src/mpt/nn/layers/norm_math.hpp in double); mpt/core/tensor.hpp for
 // 3.3 (a tensor in and out; the grader compares with mpt's BatchNorm).
 // The grader includes this file and calls exactly these functions; the
 // student writes them in ex03.cpp. Changing a signature breaks the grader.
@@ -53,8 +53,8 @@ struct Stats {
 /// Preconditions (the grader keeps to them): counts >= 0 with a sum that
 /// fits in int64, m2 >= 0, finite means; an empty operand is {0, 0, 0}.
 ///
-/// Do not call mpt's welford_merge or welford_add (mpt/nn/welford.hpp), the
-/// norm formulas (mpt/nn/norm_math.hpp) or the norm layers: the grader uses
+/// Do not call mpt's welford_merge or welford_add (mpt/nn/layers/welford.hpp), the
+/// norm formulas (mpt/nn/layers/norm_math.hpp) or the norm layers: the grader uses
 /// them as its reference.
 Stats merge_statistics(const Stats& a, const Stats& b);
 
@@ -89,8 +89,8 @@ Stats merge_statistics(const Stats& a, const Stats& b);
 /// or a cancelled variance misses by far more (the test files give the
 /// measurements). Preconditions: rows >= 1, D >= 1, eps > 0, finite inputs.
 ///
-/// Do not call mpt's norm formulas (mpt/nn/norm_math.hpp), Welford's
-/// functions (mpt/nn/welford.hpp) or mpt::LayerNorm: the grader uses them.
+/// Do not call mpt's norm formulas (mpt/nn/layers/norm_math.hpp), Welford's
+/// functions (mpt/nn/layers/welford.hpp) or mpt::LayerNorm: the grader uses them.
 void layer_norm_backward(const float* x, const float* dy, const float* gamma, std::int64_t rows,
                          std::int64_t d, float eps, float* dx, float* dgamma, float* dbeta);
 

@@ -2,7 +2,7 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (BnRun, scaled_step, evaluate, nonfinite_running_stats),
 // ../../02-loss-scaling/training.hpp (blobs()), mpt/amp/grad_scaler.hpp,
-// mpt/core/policy.hpp (uniform_policy), mpt/nn/batch_norm.hpp;
+// mpt/core/policy.hpp (uniform_policy), mpt/nn/layers/batch_norm.hpp;
 // <cmath>, <cstdint>, <string>, <utility>, <vector>.
 //
 // The GradScaler protects the weights: a step whose gradients hold inf or
@@ -33,7 +33,7 @@
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/policy.hpp"
-#include "mpt/nn/batch_norm.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

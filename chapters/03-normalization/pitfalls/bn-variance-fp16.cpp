@@ -1,6 +1,6 @@
 // Chapter 03 — pitfall bn-variance-fp16: the variance E[x²] − E[x]² in fp16 overflows
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
-// mpt/formats/format.hpp (limits_of), mpt/nn/norm_math.hpp (Layout);
+// mpt/formats/format.hpp (limits_of), mpt/nn/layers/norm_math.hpp (Layout);
 // <algorithm>, <cmath>, <cstddef>, <cstdint>, <limits>, <string>,
 // <utility>, <vector>.
 //
@@ -32,7 +32,7 @@
 
 #include "common.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

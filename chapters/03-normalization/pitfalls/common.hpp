@@ -1,8 +1,8 @@
 // Chapter 03 — BatchNorm and LayerNorm with FP32 statistics: what the
 // chapter's pitfalls share, and the declarations of their registry entries.
 // Depends on: ../../02-loss-scaling/pitfalls/common.hpp (num, pct, check,
-// within: Chapter 2's small tools, reused), mpt/core/pitfall.hpp (Check,
-// Pitfall, RunResult), mpt/nn/norm_math.hpp (Layout); <cstdint>, <string>,
+// within: Chapter 2's small tools, reused), mpt/registry/pitfall.hpp (Check,
+// Pitfall, RunResult), mpt/nn/layers/norm_math.hpp (Layout); <cstdint>, <string>,
 // <vector>.
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "../../02-loss-scaling/pitfalls/common.hpp"
-#include "mpt/core/pitfall.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch03 {
 

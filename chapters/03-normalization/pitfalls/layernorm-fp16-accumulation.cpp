@@ -2,7 +2,7 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
 // mpt/core/tensor.hpp, mpt/formats/format.hpp (limits_of),
-// mpt/nn/layer_norm.hpp, mpt/nn/norm_math.hpp (Layout); <algorithm>,
+// mpt/nn/layers/layer_norm.hpp, mpt/nn/layers/norm_math.hpp (Layout); <algorithm>,
 // <cmath>, <cstddef>, <cstdint>, <string>, <utility>, <vector>.
 //
 // LayerNorm over 4096 features sums 4096 values twice, once for the mean
@@ -27,8 +27,8 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/layer_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/layer_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

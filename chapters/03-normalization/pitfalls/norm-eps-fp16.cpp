@@ -2,8 +2,8 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
 // mpt/core/tensor.hpp, mpt/formats/format.hpp (limits_of),
-// mpt/nn/batch_norm.hpp, mpt/nn/norm_math.hpp (Layout, statistics),
-// mpt/nn/welford.hpp; <cmath>, <cstddef>, <cstdint>, <limits>, <string>,
+// mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/norm_math.hpp (Layout, statistics),
+// mpt/nn/layers/welford.hpp; <cmath>, <cstddef>, <cstdint>, <limits>, <string>,
 // <utility>, <vector>.
 //
 // eps keeps 1/√(var + eps) finite where a channel does not vary. In fp16
@@ -27,9 +27,9 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

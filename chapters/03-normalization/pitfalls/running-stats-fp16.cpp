@@ -1,8 +1,8 @@
 // Chapter 03 — pitfall running-stats-fp16: BatchNorm's running estimates in fp16 stall
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../training.hpp (bn_mlp, BnRun, scaled_step, evaluate), mpt/amp/grad_scaler.hpp,
-// mpt/core/policy.hpp (KeepF32Policy, uniform_policy), mpt/nn/batch_norm.hpp,
-// mpt/nn/data.hpp (make_blobs, train_test_split); <algorithm>, <cmath>,
+// mpt/core/policy.hpp (KeepF32Policy, uniform_policy), mpt/nn/layers/batch_norm.hpp,
+// mpt/nn/data/data.hpp (make_blobs, train_test_split); <algorithm>, <cmath>,
 // <cstddef>, <memory>, <string>, <utility>, <vector>.
 //
 // model.half() converts a BatchNorm's running_mean and running_var to fp16
@@ -28,8 +28,8 @@
 #include "common.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/policy.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/data.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

@@ -1,7 +1,7 @@
 // Chapter 03 — pitfall variance-cancellation: E[x²] − E[x]² cancels in FP32 when the mean is large
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
-// mpt/core/tensor.hpp, mpt/nn/batch_norm.hpp, mpt/nn/norm_math.hpp
+// mpt/core/tensor.hpp, mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/norm_math.hpp
 // (Layout); <algorithm>, <cmath>, <cstddef>, <cstdint>, <limits>, <string>,
 // <utility>, <vector>.
 //
@@ -29,8 +29,8 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
 
 namespace mpt::ch03 {
 // This pitfall's own names: file-local, and in a namespace of their own,

@@ -1,9 +1,9 @@
 // Chapter 04 — exercises: the adapter header, the student's specification.
 // Depends on: the C++17 standard library for 4.1 to 4.3 (the grader compares
 // them with mpt's online (max, sum) and cross-entropy rows,
-// src/mpt/nn/softmax_math.hpp, in double); mpt/core/tensor.hpp for 4.4 (a
+// src/mpt/nn/layers/softmax_math.hpp, in double); mpt/core/tensor.hpp for 4.4 (a
 // tensor in and out; the grader compares with the softmax of mpt's
-// attention rows, src/mpt/nn/attention_math.hpp, in double).
+// attention rows, src/mpt/nn/layers/attention_math.hpp, in double).
 // The grader includes this file and calls exactly these functions; the
 // student writes them in ex04.cpp. Changing a signature breaks the grader.
 #pragma once
@@ -48,7 +48,7 @@ namespace mpt::ex04 {
 /// exactly. Preconditions: n >= 0 (z may be null when n = 0).
 ///
 /// Do not call mpt's log_sum_exp, MaxSum or row functions
-/// (mpt/nn/softmax_math.hpp), mpt::softmax or mpt::log_softmax: the grader
+/// (mpt/nn/layers/softmax_math.hpp), mpt::softmax or mpt::log_softmax: the grader
 /// uses them as its reference.
 float stable_log_sum_exp(const float* z, std::int64_t n);
 
@@ -93,7 +93,7 @@ OnlineSoftmax online_add(OnlineSoftmax s, float z);
 /// sum within 1e-4 relative). Preconditions: as online_add.
 ///
 /// In 4.2 do not call mpt's max_sum_add, max_sum_merge or MaxSum
-/// (mpt/nn/softmax_math.hpp): the grader uses them as its reference.
+/// (mpt/nn/layers/softmax_math.hpp): the grader uses them as its reference.
 OnlineSoftmax online_merge(const OnlineSoftmax& a, const OnlineSoftmax& b);
 
 /// Exercise 4.3 — the gradient of one row's softmax cross-entropy with
@@ -122,8 +122,8 @@ OnlineSoftmax online_merge(const OnlineSoftmax& a, const OnlineSoftmax& b);
 /// target.
 ///
 /// Do not call mpt's cross_entropy functions or row functions
-/// (mpt/nn/softmax.hpp, mpt/nn/softmax_math.hpp) or its fused kernel
-/// (mpt/nn/softmax_cpu.hpp): the grader uses them.
+/// (mpt/nn/layers/softmax.hpp, mpt/nn/layers/softmax_math.hpp) or its fused kernel
+/// (mpt/nn/cpu/softmax_cpu.hpp): the grader uses them.
 void softmax_cross_entropy_backward(const float* z, std::int64_t k, std::int64_t target,
                                     std::int64_t ignore_index, float label_smoothing, float g, float* dz);
 
@@ -140,7 +140,7 @@ void softmax_cross_entropy_backward(const float* z, std::int64_t k, std::int64_t
 /// true = attend; padding and causal masks are such rows). `scale` > 0 is
 /// the softmax scale, 1/√d for a head of dimension d. One call, as the
 /// softmax step of mpt's scaled_dot_product_attention
-/// (src/mpt/nn/attention.hpp) and of PyTorch's math backend:
+/// (src/mpt/nn/layers/attention.hpp) and of PyTorch's math backend:
 ///
 ///  - t_j = s_j·scale for a kept position, computed in FP32 from the
 ///    widened s_j (no rounding in between); a position not kept has no

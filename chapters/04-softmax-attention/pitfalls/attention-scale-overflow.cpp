@@ -1,7 +1,7 @@
 // Chapter 04 — pitfall attention-scale-overflow: Q Kᵀ stored in fp16 before the 1/√D
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
-// mpt/core/tensor.hpp, mpt/nn/attention.hpp (scaled_dot_product_attention,
+// mpt/core/tensor.hpp, mpt/nn/layers/attention.hpp (scaled_dot_product_attention,
 // AttentionOptions::scale_q_first); <algorithm>, <cmath>, <cstddef>,
 // <cstdint>, <limits>, <string>, <utility>, <vector>.
 //
@@ -42,7 +42,7 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/attention.hpp"
+#include "mpt/nn/layers/attention.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

@@ -2,7 +2,7 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/dtype.hpp (dtype_name), mpt/core/policy.hpp
 // (uniform_policy, KeepF32Policy), mpt/core/tensor.hpp, mpt/core/trace.hpp,
-// mpt/formats/format.hpp (limits_of), mpt/nn/softmax.hpp (softmax);
+// mpt/formats/format.hpp (limits_of), mpt/nn/layers/softmax.hpp (softmax);
 // <algorithm>, <cmath>, <cstddef>, <cstdint>, <memory>, <stdexcept>, <string>, <utility>, <vector>.
 //
 // Autocast puts softmax on its FP32 list (aten/src/ATen/autocast_mode.cpp):
@@ -35,7 +35,7 @@
 #include "mpt/core/tensor.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

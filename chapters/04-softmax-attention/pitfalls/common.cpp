@@ -2,7 +2,7 @@
 // helpers the chapter's pitfalls share (declared and described in common.hpp).
 // Depends on: common.hpp, mpt/core/context.hpp, mpt/core/dtype.hpp
 // (format_of), mpt/core/policy.hpp (uniform_policy), mpt/formats/format.hpp
-// (limits_of), mpt/nn/softmax.hpp (softmax); <algorithm>, <cmath>,
+// (limits_of), mpt/nn/layers/softmax.hpp (softmax); <algorithm>, <cmath>,
 // <cstddef>, <limits>.
 #include "common.hpp"
 
@@ -16,7 +16,7 @@
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch04 {
 

@@ -2,7 +2,7 @@
 // the chapter's pitfalls share, and the declarations of their registry entries.
 // Depends on: ../../03-normalization/pitfalls/common.hpp (h, fp16_ulp,
 // normal_values, and Chapter 2's num, check, within, reused),
-// mpt/core/pitfall.hpp (Check, Pitfall, RunResult), mpt/core/tensor.hpp
+// mpt/registry/pitfall.hpp (Check, Pitfall, RunResult), mpt/core/tensor.hpp
 // (Tensor); <cstdint>, <vector>.
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "../../03-normalization/pitfalls/common.hpp"
-#include "mpt/core/pitfall.hpp"
 #include "mpt/core/tensor.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch04 {
 

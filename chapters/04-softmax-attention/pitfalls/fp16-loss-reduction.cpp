@@ -1,7 +1,7 @@
 // Chapter 04 — pitfall fp16-loss-reduction: per-token losses summed in fp16 overflow or stop adding
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
-// mpt/core/random.hpp (Rng), mpt/core/tensor.hpp, mpt/nn/softmax.hpp (cross_entropy); <cmath>,
+// mpt/core/random.hpp (Rng), mpt/core/tensor.hpp, mpt/nn/layers/softmax.hpp (cross_entropy); <cmath>,
 // <cstddef>, <cstdint>, <string>, <utility>, <vector>.
 //
 // A language model's loss is the mean over every token of a batch: 16384
@@ -29,7 +29,7 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

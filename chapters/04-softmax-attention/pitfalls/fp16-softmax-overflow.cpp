@@ -1,7 +1,7 @@
 // Chapter 04 — pitfall fp16-softmax-overflow: exp(z) in fp16 without the max subtraction
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/policy.hpp (uniform_policy),
-// mpt/core/tensor.hpp, mpt/nn/softmax.hpp (softmax); <algorithm>, <cmath>,
+// mpt/core/tensor.hpp, mpt/nn/layers/softmax.hpp (softmax); <algorithm>, <cmath>,
 // <cstddef>, <cstdint>, <limits>, <string>, <utility>, <vector>.
 //
 // softmax(z) = exp(z) / Σ exp(z) is exact mathematics and a poor program.
@@ -26,7 +26,7 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

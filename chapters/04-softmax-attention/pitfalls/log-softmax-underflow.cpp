@@ -2,7 +2,7 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // mpt/core/context.hpp, mpt/core/dtype.hpp, mpt/core/policy.hpp
 // (uniform_policy), mpt/core/tensor.hpp, mpt/formats/format.hpp
-// (limits_of), mpt/nn/softmax.hpp (softmax, log_softmax, nll_loss);
+// (limits_of), mpt/nn/layers/softmax.hpp (softmax, log_softmax, nll_loss);
 // <cmath>, <cstddef>, <cstdint>, <limits>, <string>, <utility>, <vector>.
 //
 // A confidently wrong prediction gives its target a probability of
@@ -31,7 +31,7 @@
 #include "mpt/core/policy.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/formats/format.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

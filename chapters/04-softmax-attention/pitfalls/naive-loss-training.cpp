@@ -1,7 +1,7 @@
 // Chapter 04 — pitfall naive-loss-training: an fp16 softmax without the max
 // subtracted turns a language model's loss NaN, and the scaler skips every step.
 // Depends on: common.hpp (this entry's declaration), ../training.hpp
-// (train_lm, LmConfig, the corpus), mpt/core/pitfall.hpp, mpt/core/policy.hpp
+// (train_lm, LmConfig, the corpus), mpt/registry/pitfall.hpp, mpt/core/policy.hpp
 // (uniform_policy), mpt/core/dtype.hpp and mpt/formats/format.hpp (fp16's largest value);
 // <algorithm>, <cmath>, <cstdio>, <limits>, <string>.
 //
@@ -33,9 +33,9 @@
 #include "../training.hpp"
 #include "common.hpp"
 #include "mpt/core/dtype.hpp"
-#include "mpt/core/pitfall.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/formats/format.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch04 {
 // This pitfall's own names: file-local, and in a namespace of their own,

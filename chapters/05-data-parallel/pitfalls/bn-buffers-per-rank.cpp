@@ -2,8 +2,8 @@
 // Depends on: common.hpp (the chapter's helpers, this entry's declaration),
 // ../../02-loss-scaling/training.hpp (blobs()), mpt/core/policy.hpp,
 // mpt/core/random.hpp, mpt/dist/ddp.hpp, mpt/dist/thread_world.hpp,
-// mpt/nn/activations.hpp, mpt/nn/batch_norm.hpp, mpt/nn/linear.hpp,
-// mpt/nn/losses.hpp, mpt/optim/sgd.hpp; <algorithm>, <cmath>, <cstddef>,
+// mpt/nn/layers/activations.hpp, mpt/nn/layers/batch_norm.hpp, mpt/nn/layers/linear.hpp,
+// mpt/nn/layers/losses.hpp, mpt/optim/sgd.hpp; <algorithm>, <cmath>, <cstddef>,
 // <string>, <vector>.
 //
 // BatchNorm's running mean and variance are buffers, not parameters: no
@@ -27,10 +27,10 @@
 #include "mpt/core/random.hpp"
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/thread_world.hpp"
-#include "mpt/nn/activations.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/linear.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/activations.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/linear.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch05 {

@@ -1,6 +1,6 @@
 // Chapter 05 — loss scaling across ranks: the pitfalls' shared helpers (described in common.hpp)
 // Depends on: common.hpp, ../../02-loss-scaling/training.hpp (blobs()),
-// mpt/dist/ddp.hpp (shard_rows), mpt/nn/losses.hpp, mpt/optim/sgd.hpp;
+// mpt/dist/ddp.hpp (shard_rows), mpt/nn/layers/losses.hpp, mpt/optim/sgd.hpp;
 // <algorithm>, <cmath>, <cstring>, <stdexcept>.
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "../../02-loss-scaling/training.hpp"
 #include "common.hpp"
 #include "mpt/dist/ddp.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch05 {

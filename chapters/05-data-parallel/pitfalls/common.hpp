@@ -1,8 +1,8 @@
 // Chapter 05 — loss scaling across ranks: what the pitfalls share, and their registry entries
 // Depends on: ../../02-loss-scaling/pitfalls/common.hpp (check, num, pct,
-// within; Chapter 2's blobs through its training.hpp), mpt/core/pitfall.hpp,
-// mpt/dist/communicator.hpp (Communicator), mpt/nn/data.hpp (Dataset),
-// mpt/nn/model.hpp (Model), mpt/nn/mlp.hpp (Mlp), mpt/optim/optimizer.hpp;
+// within; Chapter 2's blobs through its training.hpp), mpt/registry/pitfall.hpp,
+// mpt/dist/communicator.hpp (Communicator), mpt/nn/data/data.hpp (Dataset),
+// mpt/nn/model.hpp (Model), mpt/nn/models/mlp.hpp (Mlp), mpt/optim/optimizer.hpp;
 // <chrono>, <cstdint>, <functional>, <memory>, <vector>.
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "../../02-loss-scaling/pitfalls/common.hpp"
-#include "mpt/core/pitfall.hpp"
 #include "mpt/dist/communicator.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/data/data.hpp"
 #include "mpt/nn/model.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/optimizer.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch05 {
 

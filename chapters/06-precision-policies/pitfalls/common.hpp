@@ -1,6 +1,6 @@
 // Chapter 06 — per-task precision policies: what the pitfalls share, and their registry entries
 // Depends on: ../../02-loss-scaling/pitfalls/common.hpp (check, num, pct),
-// mpt/core/pitfall.hpp.
+// mpt/registry/pitfall.hpp.
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
 // their outcomes and its checks, ending with the function that returns its
@@ -13,7 +13,7 @@
 #pragma once
 
 #include "../../02-loss-scaling/pitfalls/common.hpp"
-#include "mpt/core/pitfall.hpp"
+#include "mpt/registry/pitfall.hpp"
 
 namespace mpt::ch06 {
 

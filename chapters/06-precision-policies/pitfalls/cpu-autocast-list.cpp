@@ -1,7 +1,7 @@
 // Chapter 06 — pitfall cpu-autocast-list: code tested under CPU autocast, meant for CUDA
 // Depends on: common.hpp (check, num, this entry's declaration),
 // mpt/core/autocast.hpp (the lists), mpt/core/context.hpp,
-// mpt/core/policy_string.hpp, mpt/core/tensor.hpp, mpt/nn/softmax.hpp;
+// mpt/core/policy_string.hpp, mpt/core/tensor.hpp, mpt/nn/layers/softmax.hpp;
 // <algorithm>, <cmath>, <memory>, <string>, <vector>.
 //
 // torch.autocast has one list per device, and they differ
@@ -25,7 +25,7 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/softmax.hpp"
+#include "mpt/nn/layers/softmax.hpp"
 
 namespace mpt::ch06 {
 namespace {

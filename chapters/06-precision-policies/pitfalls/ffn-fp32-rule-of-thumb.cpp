@@ -3,7 +3,7 @@
 // ../../04-softmax-attention/training.hpp (train_lm: Chapter 4's training
 // loop of the tiny Transformer on the licence corpus), mpt/core/cost_model.hpp,
 // mpt/core/policy_string.hpp, mpt/core/trace.hpp, mpt/nn/model.hpp
-// (trace_step), mpt/nn/transformer.hpp; <algorithm>, <cmath>, <memory>,
+// (trace_step), mpt/nn/models/transformer.hpp; <algorithm>, <cmath>, <memory>,
 // <string>, <vector>.
 //
 // The mission's source text recommends keeping the Transformer's FFN (its
@@ -29,7 +29,7 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/model.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 
 namespace mpt::ch06 {
 namespace {

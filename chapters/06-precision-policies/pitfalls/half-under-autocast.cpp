@@ -1,9 +1,9 @@
 // Chapter 06 — pitfall half-under-autocast: `model.half()` inside torch.autocast
 // Depends on: common.hpp (check, num, this entry's declaration),
 // mpt/core/autocast.hpp (AutocastPolicy), mpt/core/context.hpp,
-// mpt/core/policy.hpp, mpt/core/trace.hpp, mpt/nn/softmax.hpp (cross_entropy),
-// mpt/core/random.hpp, mpt/nn/transformer.hpp, mpt/optim/sgd.hpp, mpt/core/tensor.hpp (widened); <algorithm>,
-// <cmath>, <cstddef>, <memory>, <set>, <string>, <vector>.
+// mpt/core/policy.hpp, mpt/core/trace.hpp, mpt/nn/layers/softmax.hpp (cross_entropy),
+// mpt/core/random.hpp, mpt/nn/models/transformer.hpp, mpt/optim/sgd.hpp, mpt/core/tensor.hpp (widened);
+// <algorithm>, <cmath>, <cstddef>, <memory>, <set>, <string>, <vector>.
 //
 // Autocast is meant for an FP32 model: it casts each op's inputs to what
 // the op's list asks for, and keeps the FP32-to-fp16 casts of the weights in
@@ -38,8 +38,8 @@
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/core/trace.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch06 {

@@ -1,7 +1,7 @@
 // Chapter 06 — pitfall name-substring-policy: a per-layer policy chosen by name substring
 // Depends on: common.hpp (check, num, this entry's declaration),
 // mpt/core/cost_model.hpp, mpt/core/policy.hpp, mpt/core/policy_string.hpp,
-// mpt/core/trace.hpp, mpt/nn/model.hpp (trace_step), mpt/nn/transformer.hpp;
+// mpt/core/trace.hpp, mpt/nn/model.hpp (trace_step), mpt/nn/models/transformer.hpp;
 // <memory>, <set>, <string>, <string_view>, <vector>.
 //
 // The mission's source text picks layers for FP32 with a substring of the
@@ -23,7 +23,7 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/model.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 
 namespace mpt::ch06 {
 namespace {

@@ -1,8 +1,8 @@
 // Chapter 06 — pitfall o3-everything-fp16: apex O3 (`model.half()`), and what fails first on each model
 // Depends on: common.hpp (check, num, pct, this entry's declaration),
 // mpt/core/policy_string.hpp (O2, O3), mpt/core/random.hpp, mpt/core/tensor.hpp
-// (widened), mpt/nn/cnn.hpp,
-// mpt/nn/mlp.hpp, mpt/nn/transformer.hpp, mpt/nn/softmax.hpp
+// (widened), mpt/nn/models/cnn.hpp,
+// mpt/nn/models/mlp.hpp, mpt/nn/models/transformer.hpp, mpt/nn/layers/softmax.hpp
 // (cross_entropy), mpt/optim/sgd.hpp; <algorithm>, <cmath>, <cstdint>, <memory>,
 // <string>, <vector>.
 //
@@ -34,10 +34,10 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
-#include "mpt/nn/cnn.hpp"
-#include "mpt/nn/mlp.hpp"
-#include "mpt/nn/softmax.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/layers/softmax.hpp"
+#include "mpt/nn/models/cnn.hpp"
+#include "mpt/nn/models/mlp.hpp"
+#include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ch06 {

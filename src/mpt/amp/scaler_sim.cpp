@@ -1,6 +1,6 @@
 // Chapter 02 — loss scaling and FP32 master weights: the scaler simulation.
 // Depends on: scaler_sim.hpp, grad_scaler.hpp, the optim tier (Optimizer), explain.hpp
-// (shortest_decimal), plot/svg_chart.hpp (the plot), core/atomic_file.hpp (writing
+// (shortest_decimal), plot/svg_chart.hpp (the plot), io/atomic_file.hpp (writing
 // it), nlohmann_json.
 #include "mpt/amp/scaler_sim.hpp"
 
@@ -17,8 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "mpt/core/atomic_file.hpp"
 #include "mpt/formats/explain.hpp"
+#include "mpt/io/atomic_file.hpp"
 #include "mpt/plot/svg_chart.hpp"
 
 namespace mpt {

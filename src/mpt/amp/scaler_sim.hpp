@@ -2,7 +2,7 @@
 // behind `mpt scaler simulate` (the sawtooth of a dynamic loss scale).
 // Depends on: grad_scaler.hpp, parameter.hpp; the .cpp also uses explain.hpp
 // (shortest_decimal), nlohmann_json, plot/svg_chart.hpp for the plot and
-// core/atomic_file.hpp to write it.
+// io/atomic_file.hpp to write it.
 #pragma once
 
 #include <cstdint>
@@ -87,7 +87,7 @@ std::string render_json(const ScalerSimulation& sim);
 std::string render_plot_svg(const ScalerSimulation& sim);
 
 /// render_plot_svg() written to `path` by write_file_atomically()
-/// (core/atomic_file.hpp): `path` is either the old file or the whole new
+/// (io/atomic_file.hpp): `path` is either the old file or the whole new
 /// one, a symbolic link is written through, and a directory, device or
 /// FIFO at `path` is refused, never replaced.
 /// \throws std::invalid_argument if `path` is empty or holds a line break,

@@ -12,7 +12,7 @@
 
 #include "mpt/dist/sync_batch_norm.hpp"
 #include "mpt/formats/storage.hpp"
-#include "mpt/nn/batch_norm.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
 
 namespace mpt::dist {
 

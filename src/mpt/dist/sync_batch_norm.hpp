@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "mpt/dist/communicator.hpp"
-#include "mpt/nn/batch_norm.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 #include "mpt/nn/model.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
 
 namespace mpt::dist {
 

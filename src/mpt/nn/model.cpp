@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 
 namespace mpt {
 

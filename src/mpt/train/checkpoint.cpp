@@ -1,5 +1,5 @@
 // Chapters 04 onwards — the checkpoint file: writing, parsing, finding.
-// Depends on: checkpoint.hpp (core/atomic_file.hpp: the atomic write, file_kind); POSIX dirent.h
+// Depends on: checkpoint.hpp (io/atomic_file.hpp: the atomic write, file_kind); POSIX dirent.h
 // (listing a directory).
 #include "mpt/train/checkpoint.hpp"
 

@@ -46,9 +46,9 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/core/atomic_file.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
+#include "mpt/io/atomic_file.hpp"
 
 namespace mpt::train {
 

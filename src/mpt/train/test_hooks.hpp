@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mpt/core/atomic_file.hpp"
+#include "mpt/io/atomic_file.hpp"
 
 namespace mpt::train {
 

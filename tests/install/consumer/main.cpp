@@ -2,9 +2,9 @@
 // Depends on: the installed package (mpt::mpt, mpt::chapters).
 #include <cstdio>
 
-#include <mpt/core/pitfall.hpp>
 #include <mpt/formats/format.hpp>
 #include <mpt/formats/rounding.hpp>
+#include <mpt/registry/pitfall.hpp>
 
 int main() {
   const float y = mpt::round_value(65519.0f, mpt::format_named("fp16"));

@@ -21,8 +21,8 @@
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/amp/scaler_math.hpp"
 #include "mpt/amp/unscale.hpp"
-#include "mpt/nn/losses.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/layers/losses.hpp"
+#include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ex02::grading {

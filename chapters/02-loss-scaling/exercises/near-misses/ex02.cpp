@@ -1,5 +1,5 @@
 // Chapter 02 exercises — plausible wrong answers, one classic mistake per
-// exercise. Depends on: ex02.hpp, mpt/nn/losses.hpp (2.4). CI requires some
+// exercise. Depends on: ex02.hpp, mpt/nn/layers/losses.hpp (2.4). CI requires some
 // points but not full marks on every exercise: proof that the tests
 // separate close from right.
 #include "ex02.hpp"
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 
 namespace mpt::ex02 {
 

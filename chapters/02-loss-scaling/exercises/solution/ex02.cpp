@@ -1,5 +1,5 @@
 // Chapter 02 exercises — REFERENCE SOLUTION (MPT-REFERENCE-SOLUTION): never shipped to students.
-// Depends on: ex02.hpp, and for 2.4 mpt/nn/losses.hpp; 2.1 to 2.3 are
+// Depends on: ex02.hpp, and for 2.4 mpt/nn/layers/losses.hpp; 2.1 to 2.3 are
 // written from the specification, not from mpt's scaler code, so that
 // grading them against mpt is a real check.
 // tools/make_handout.sh refuses to produce a handout that contains these lines.
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/layers/losses.hpp"
 
 namespace mpt::ex02 {
 

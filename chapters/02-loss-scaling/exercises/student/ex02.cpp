@@ -1,7 +1,7 @@
 // Chapter 02 exercises — YOUR FILE: write the functions of exercises 2.1 to 2.3
 // here, and find and fix the bug in the one of exercise 2.4.
 // Depends on: ex02.hpp (the specification), the C++ standard library, and
-// for 2.4's given body mpt's training stack (mpt/nn/losses.hpp: mse_loss,
+// for 2.4's given body mpt's training stack (mpt/nn/layers/losses.hpp: mse_loss,
 // mse_backward; the GradScaler, Mlp and Optimizer of ex02.hpp).
 // Each function of 2.1 to 2.3 throws until you replace its body; the grader
 // reports the exercise as "not implemented" until then. 2.4's body runs, and
@@ -11,7 +11,7 @@
 #include <cmath>  // std::isfinite, std::sqrt
 #include <stdexcept>
 
-#include "mpt/nn/losses.hpp"  // mpt::mse_loss, mpt::mse_backward (used by 2.4's given body)
+#include "mpt/nn/layers/losses.hpp"  // mpt::mse_loss, mpt::mse_backward (used by 2.4's given body)
 
 namespace mpt::ex02 {
 

@@ -24,9 +24,9 @@
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/formats/rounding.hpp"
-#include "mpt/nn/batch_norm.hpp"
-#include "mpt/nn/norm_math.hpp"
-#include "mpt/nn/welford.hpp"
+#include "mpt/nn/layers/batch_norm.hpp"
+#include "mpt/nn/layers/norm_math.hpp"
+#include "mpt/nn/layers/welford.hpp"
 
 namespace mpt::ex03::grading {
 

@@ -22,8 +22,8 @@
 #include "grader_kit.hpp"
 #include "mpt/core/dtype.hpp"
 #include "mpt/formats/format_spec.hpp"
-#include "mpt/nn/attention_math.hpp"
-#include "mpt/nn/softmax_math.hpp"
+#include "mpt/nn/layers/attention_math.hpp"
+#include "mpt/nn/layers/softmax_math.hpp"
 
 namespace mpt::ex04::grading {
 

@@ -23,7 +23,7 @@
 #include "ex05.hpp"
 #include "grader_kit.hpp"
 #include "mpt/dist/mpi_communicator.hpp"
-#include "mpt/nn/mlp.hpp"
+#include "mpt/nn/models/mlp.hpp"
 
 namespace mpt::ex05::grading {
 

@@ -14,8 +14,8 @@
 
 #include "grader.hpp"
 #include "mpt/amp/grad_scaler.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace {

@@ -17,8 +17,8 @@
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sharded.hpp"
 #include "mpt/formats/storage.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ex05 {

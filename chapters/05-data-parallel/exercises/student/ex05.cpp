@@ -19,8 +19,8 @@
 #include "mpt/dist/sharded.hpp"
 // storage.hpp: to_fp16, from_fp16, to_bf16, from_bf16 (for 5.1)
 #include "mpt/formats/storage.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ex05 {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "mpt/dist/ddp.hpp"
-#include "mpt/nn/data.hpp"
-#include "mpt/nn/losses.hpp"
+#include "mpt/nn/data/data.hpp"
+#include "mpt/nn/layers/losses.hpp"
 #include "mpt/optim/sgd.hpp"
 
 namespace mpt::ex05 {

@@ -33,7 +33,7 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/trace.hpp"
 #include "mpt/nn/model.hpp"
-#include "mpt/nn/transformer.hpp"
+#include "mpt/nn/models/transformer.hpp"
 
 namespace mpt::ex06::grading {
 
