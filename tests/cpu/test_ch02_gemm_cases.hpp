@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mpt/core/random.hpp"
@@ -109,6 +110,15 @@ std::vector<T> run(const Operands<T>& o, mpt::Implementation impl) {
   return c;
 }
 
+/// The bits of a float or double.
+template <typename T>
+auto bits(T v) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  U u = 0;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
 /// The number of the m × n elements whose bits differ (any NaN equals any
 /// NaN: x86's FMA and a library fma may pass on different NaN payloads).
 template <typename T>
@@ -118,7 +128,7 @@ std::int64_t differing(const Operands<T>& o, const std::vector<T>& x, const std:
     for (std::int64_t j = 0; j < o.n; ++j) {
       const T u = x[static_cast<std::size_t>(i * o.ldc + j)], v = y[static_cast<std::size_t>(i * o.ldc + j)];
       if (std::isnan(u) && std::isnan(v)) continue;
-      if (std::memcmp(&u, &v, sizeof u) != 0) ++d;
+      if (bits(u) != bits(v)) ++d;
     }
   return d;
 }
