@@ -84,14 +84,12 @@ void pack_a(const T* a, std::int64_t lda, Op op, std::int64_t i0, std::int64_t m
         for (std::int64_t i = 0; i < rows; ++i) dst[i] = src[i];
         for (std::int64_t i = rows; i < kMR; ++i) dst[i] = T(0);
       }
-    } else {  // A stored [m, k]: each row runs along k
-      for (std::int64_t i = 0; i < kMR; ++i) {
-        if (i < rows) {
-          const T* src = a + (i0 + r + i) * lda + p0;
-          for (std::int64_t p = 0; p < kc; ++p) out[p * kMR + i] = src[p];
-        } else {
-          for (std::int64_t p = 0; p < kc; ++p) out[p * kMR + i] = T(0);
-        }
+    } else {  // A stored [m, k]: kMR rows read side by side along k
+      const T* src[kMR];
+      for (std::int64_t i = 0; i < kMR; ++i) src[i] = a + (i0 + r + std::min(i, rows - 1)) * lda + p0;
+      for (std::int64_t p = 0; p < kc; ++p) {
+        T* dst = out + p * kMR;
+        for (std::int64_t i = 0; i < kMR; ++i) dst[i] = i < rows ? src[i][p] : T(0);
       }
     }
   }
@@ -111,14 +109,12 @@ void pack_b(const T* b, std::int64_t ldb, Op op, std::int64_t p0, std::int64_t k
         for (std::int64_t j = 0; j < cols; ++j) dst[j] = src[j];
         for (std::int64_t j = cols; j < kNR; ++j) dst[j] = T(0);
       }
-    } else {  // B stored [n, k]: each column of op(B) is a row of B
-      for (std::int64_t j = 0; j < kNR; ++j) {
-        if (j < cols) {
-          const T* src = b + (j0 + s + j) * ldb + p0;
-          for (std::int64_t p = 0; p < kc; ++p) out[p * kNR + j] = src[p];
-        } else {
-          for (std::int64_t p = 0; p < kc; ++p) out[p * kNR + j] = T(0);
-        }
+    } else {  // B stored [n, k]: kNR rows of B (columns of op(B)) read side by side
+      const T* src[kNR];
+      for (std::int64_t j = 0; j < kNR; ++j) src[j] = b + (j0 + s + std::min(j, cols - 1)) * ldb + p0;
+      for (std::int64_t p = 0; p < kc; ++p) {
+        T* dst = out + p * kNR;
+        for (std::int64_t j = 0; j < kNR; ++j) dst[j] = j < cols ? src[j][p] : T(0);
       }
     }
   }
