@@ -29,12 +29,16 @@
 // tile's running sums from C and continues their chains — it never sums a
 // block from zero and adds it to C, which would be another order. Two
 // micro-kernels with the same bits: AVX2 + FMA (gemm_avx2.cpp, chosen at run
-// time when the CPU has it) and a portable one of std::fma calls (correct
-// everywhere; fast where the compiler turns std::fma into vector FMA
-// instructions, as on ARM; slow on an x86 CPU without FMA hardware, where
-// each std::fma is a library call computing the fused result in software).
-// The FP64 reference path (matmul<double>) runs the same loops and the same
-// order in double, with the portable micro-kernel.
+// time when the CPU has AVX2, FMA and F16C) and a portable one of std::fma
+// calls, correct everywhere. Where FMA is part of the base instruction set
+// (ARM64) std::fma compiles to the instruction and the portable kernel is
+// fast. On x86-64 the library is compiled for the baseline ISA, so there
+// each std::fma is a call into the C library, which computes the fused
+// result in software on a CPU without FMA hardware: correct, and much
+// slower — the price of one order on every machine, paid only by x86 CPUs
+// without AVX2 and FMA (a separate multiply and add would be fast there,
+// and round twice). The FP64 reference path (matmul<double>) runs the same
+// loops and the same order in double, with the portable micro-kernel.
 #pragma once
 
 #include <cstddef>
