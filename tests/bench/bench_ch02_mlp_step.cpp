@@ -5,7 +5,8 @@
 // Depends on: mpt/nn/mlp.hpp, losses.hpp, gemm.hpp, mpt/optim/sgd.hpp,
 // mpt/amp/grad_scaler.hpp, mpt/core/random.hpp (Rng), bench_support.hpp,
 // Google Benchmark; bench_ch02_mlp_step_torch.py and a Python with torch for
-// the PyTorch columns (optional); AVX2/FMA intrinsics for the peak (x86).
+// the PyTorch columns (optional; POSIX popen), AVX2/FMA intrinsics for the
+// peak (x86).
 //
 // One step is forward, softmax cross-entropy, backward, optimizer step,
 // refresh of the model copies and zero_grad — with a GradScaler (scale,
@@ -49,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_support.hpp"
@@ -259,7 +261,8 @@ TorchResult run_torch() {
       last = l;  // a warning, or the error that ended the script
     }
   }
-  const int rc = pclose(p);
+  const int wait_status = pclose(p);
+  const int rc = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
   if (r.status.empty() || (rc != 0 && r.step_ms <= 0))
     r.status =
         "PyTorch not importable: " + g_python + " failed (exit status " + std::to_string(rc) + "): " + last;
