@@ -154,8 +154,9 @@ fi
 } > "$out/HANDOUT-INFO.txt"
 
 # --- no solution code may leave ------------------------------------------------
-# A solution line counts unless the student has it anyway: the signatures
-# repeated from the adapter header in the stubs.
+# A solution line of 30 characters or more counts unless the student has it
+# anyway (the signatures repeated from the adapter header in the stubs) or
+# it is an #include.
 given=$(cat "$ex"/student/* "$ex"/*.hpp 2>/dev/null | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
 leaks=()
 if grep -rlF 'MPT-REFERENCE-SOLUTION' "$out" >/dev/null; then
@@ -168,6 +169,7 @@ for f in "${solution_files[@]}"; do
   while IFS= read -r line; do
     line=$(printf '%s' "$line" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
     [[ ${#line} -ge 30 ]] || continue
+    [[ $line == '#include '* ]] && continue  # which headers it reads is no solution
     grep -qxF -- "$line" <<<"$given" && continue
     if hit=$(grep -rlF -- "$line" "$out"); then
       leaks+=("'$line' (from ${f#"$root"/}) in: $(echo "$hit" | tr '\n' ' ')")

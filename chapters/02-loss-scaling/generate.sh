@@ -91,6 +91,11 @@ bench_deterministic() {
       ' ;;
     bench-mlp-step.txt)
       awk '
+        /^FP32 step beside/ { sec = 1; print "FP32 step beside PyTorch'"'"'s"; next }
+        /^The step.s GEMMs/ { sec = 2; print "The step'"'"'s GEMMs"; next }
+        sec == 1 && $1 == "fp32" { print $1, "<=1.2x"; next }
+        sec == 2 && $1 ~ /^[0-9]+x[0-9]+x[0-9]+$/ { print $1, $2; next }
+        sec >= 1 { next }
         /^MLP / || /^run / { print; next }
         NF >= 7 && $NF == "target" { print $1, $4, $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF; next }
         NF >= 7 { print $1, $4, $(NF-2), $(NF-1), $NF }

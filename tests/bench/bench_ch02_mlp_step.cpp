@@ -1,9 +1,12 @@
 // Chapter 02 — what one MLP training step costs in emulated mixed precision
 // next to FP32, both measured in the same run: time and the activation
-// memory kept for backward.
-// Depends on: mpt/nn/models/mlp.hpp, losses.hpp, mpt/optim/sgd.hpp,
+// memory kept for backward; and the FP32 step and its GEMMs beside
+// PyTorch's and beside the core's peak, measured in the same run too.
+// Depends on: mpt/nn/models/mlp.hpp, losses.hpp, gemm.hpp, mpt/optim/sgd.hpp,
 // mpt/amp/grad_scaler.hpp, mpt/core/random.hpp (Rng), bench_support.hpp,
-// Google Benchmark.
+// Google Benchmark; bench_ch02_mlp_step_torch.py and a Python with torch for
+// the PyTorch columns (optional; POSIX popen), AVX2/FMA intrinsics for the
+// peak (x86).
 //
 // One step is forward, softmax cross-entropy, backward, optimizer step,
 // refresh of the model copies and zero_grad — with a GradScaler (scale,
@@ -18,11 +21,28 @@
 // about half, at most 0.55x. Each time is the fastest of --repetitions runs
 // (default 5): the one least disturbed by whatever else the machine does.
 //
+// Beside PyTorch: with --python=PATH (or MPT_TORCH_PYTHON=PATH) naming a
+// Python that can import torch, bench_ch02_mlp_step_torch.py runs the same
+// FP32 step (nn.Linear/ReLU, SGD lr 0.01 momentum 0.9, cross-entropy, the
+// same batch and sizes) and the same GEMMs with torch.set_num_threads(1),
+// timed the same way (CPU time, the fastest of the repetitions); the table
+// gives mpt / PyTorch, target <= 1.2x for the step. Otherwise it says
+// "PyTorch not importable". PyTorch is never a dependency of the project.
+//
+// Against the roofline: each GEMM of the step (forward x·Wᵀ "NT", dW = dyᵀ·x
+// "TN", dx = dy·W "NN"; gemm_fma, the library's product) in GFLOP/s, and
+// its fraction of the peak FMA throughput of this core, measured in the
+// same run by a loop of 12 independent 8-lane FMA chains in registers
+// (no memory traffic: the most the core can do).
+//
 //   bench_ch02_mlp_step [--batch=128] [--sizes=256,512,512,10] [--repetitions=5]
+//                       [--python=PATH] [--torch-min-time=0.5]
 //                       [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -30,20 +50,36 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_support.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/random.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/nn/cpu/gemm.hpp"
 #include "mpt/nn/layers/losses.hpp"
 #include "mpt/nn/models/mlp.hpp"
 #include "mpt/optim/sgd.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BENCH_PEAK_FMA 1
+#else
+#define BENCH_PEAK_FMA 0
+#endif
+
+#ifndef MPT_BENCH_SOURCE_DIR
+#define MPT_BENCH_SOURCE_DIR "tests/bench"
+#endif
 
 namespace {
 
 int g_batch = 128;
 int g_repetitions = 5;
 std::vector<int> g_sizes = {256, 512, 512, 10};
+std::string g_python;  // empty: no PyTorch comparison
+double g_torch_min_time = 0.5;
 
 /// One model, its optimizer, its scaler and a fixed batch.
 struct Trainer {
@@ -101,6 +137,138 @@ void BM_step(benchmark::State& st, mpt::DType p, bool scaled, const char* name) 
       benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
+/// One GEMM of the step: C [m, n] = op(A) · op(B) through gemm_fma.
+struct GemmShape {
+  std::int64_t m, n, k;
+  mpt::Op op_a, op_b;
+  std::string name() const {
+    return std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+           (op_a == mpt::Op::N ? "N" : "T") + (op_b == mpt::Op::N ? "N" : "T");
+  }
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  }
+};
+
+/// The step's GEMMs: per layer (in → out) the forward x·Wᵀ, dW = dyᵀ·x and,
+/// except for the first layer (its input is data), dx = dy·W.
+std::vector<GemmShape> step_gemms() {
+  std::vector<GemmShape> g;
+  const std::int64_t b = g_batch;
+  for (std::size_t l = 0; l + 1 < g_sizes.size(); ++l) {
+    const std::int64_t in = g_sizes[l], out = g_sizes[l + 1];
+    g.push_back({b, out, in, mpt::Op::N, mpt::Op::T});
+    g.push_back({out, in, b, mpt::Op::T, mpt::Op::N});
+    if (l > 0) g.push_back({b, in, out, mpt::Op::N, mpt::Op::N});
+  }
+  return g;
+}
+
+void BM_gemm(benchmark::State& st, GemmShape s) {
+  mpt::Rng rng(3);
+  const std::int64_t ra = s.op_a == mpt::Op::N ? s.m : s.k, ca = s.op_a == mpt::Op::N ? s.k : s.m;
+  const std::int64_t rb = s.op_b == mpt::Op::N ? s.k : s.n, cb = s.op_b == mpt::Op::N ? s.n : s.k;
+  std::vector<float> a(static_cast<std::size_t>(ra * ca)), b(static_cast<std::size_t>(rb * cb)),
+      c(static_cast<std::size_t>(s.m * s.n));
+  for (float& v : a) v = static_cast<float>(rng.normal());
+  for (float& v : b) v = static_cast<float>(rng.normal());
+  for (auto _ : st) {
+    mpt::gemm_fma(s.m, s.n, s.k, a.data(), ca, s.op_a, b.data(), cb, s.op_b, c.data(), s.n);
+    benchmark::ClobberMemory();
+  }
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(s.flops() * static_cast<double>(st.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
+constexpr int kPeakChains = 12;
+constexpr std::int64_t kPeakSteps = 1 << 16;
+
+#if BENCH_PEAK_FMA
+
+/// kPeakChains independent chains of 8-lane FMAs, kPeakSteps each: enough
+/// chains to cover the FMA latency on every core we know, nothing but
+/// registers (twelve named variables: an array would live in memory).
+/// Returns a sum so that nothing is optimized away.
+__attribute__((target("avx2,fma"))) float peak_loop(float seed) {
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f), s = _mm256_set1_ps(seed);
+  __m256 c0 = s, c1 = s, c2 = s, c3 = s, c4 = s, c5 = s, c6 = s, c7 = s, c8 = s, c9 = s, c10 = s, c11 = s;
+  for (std::int64_t k = 0; k < kPeakSteps; ++k) {
+    // Opaque to the compiler, so it cannot see that the twelve chains are
+    // one and compute it once.
+    __asm__(""
+            : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7), "+x"(c8),
+              "+x"(c9), "+x"(c10), "+x"(c11));
+    c0 = _mm256_fmadd_ps(c0, a, b), c1 = _mm256_fmadd_ps(c1, a, b), c2 = _mm256_fmadd_ps(c2, a, b);
+    c3 = _mm256_fmadd_ps(c3, a, b), c4 = _mm256_fmadd_ps(c4, a, b), c5 = _mm256_fmadd_ps(c5, a, b);
+    c6 = _mm256_fmadd_ps(c6, a, b), c7 = _mm256_fmadd_ps(c7, a, b), c8 = _mm256_fmadd_ps(c8, a, b);
+    c9 = _mm256_fmadd_ps(c9, a, b), c10 = _mm256_fmadd_ps(c10, a, b), c11 = _mm256_fmadd_ps(c11, a, b);
+  }
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                                                 _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7))),
+                                   _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+  return _mm256_cvtss_f32(sum);
+}
+
+void BM_peak(benchmark::State& st) {
+  float sink = 0;
+  for (auto _ : st) sink += peak_loop(sink);
+  benchmark::DoNotOptimize(sink);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * 8 * kPeakChains * static_cast<double>(kPeakSteps) * static_cast<double>(st.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+#endif
+
+/// What bench_ch02_mlp_step_torch.py printed: its first line and the times.
+struct TorchResult {
+  std::string status;  ///< "torch VERSION CAPABILITY", or why there is nothing
+  double step_ms = 0;
+  std::map<std::string, double> gemm_ms;  ///< by GemmShape::name()
+};
+
+TorchResult run_torch() {
+  TorchResult r;
+  if (g_python.empty()) {
+    r.status = "PyTorch not importable: no Python named (--python=PATH or MPT_TORCH_PYTHON=PATH)";
+    return r;
+  }
+  std::string sizes;
+  for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  const std::string cmd =
+      "'" + g_python +
+      "' '" MPT_BENCH_SOURCE_DIR "/bench_ch02_mlp_step_torch.py' --batch=" + std::to_string(g_batch) +
+      " --sizes=" + sizes + " --repetitions=" + std::to_string(g_repetitions) +
+      " --min-time=" + std::to_string(g_torch_min_time) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    r.status = "PyTorch not importable: could not run " + g_python;
+    return r;
+  }
+  char line[512];
+  std::string last;
+  while (std::fgets(line, sizeof line, p)) {
+    std::string l(line);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    char shape[64] = {0}, ops[8] = {0};
+    double ms = 0;
+    if (l.rfind("step_ms ", 0) == 0) {
+      r.step_ms = std::atof(l.c_str() + 8);
+    } else if (std::sscanf(l.c_str(), "gemm_ms %63s %7s %lf", shape, ops, &ms) == 3) {
+      r.gemm_ms[std::string(shape) + " " + ops] = ms;
+    } else if (l.rfind("torch ", 0) == 0 || l.rfind("PyTorch not importable", 0) == 0) {
+      r.status = l;
+    } else if (!l.empty()) {
+      last = l;  // a warning, or the error that ended the script
+    }
+  }
+  const int wait_status = pclose(p);
+  const int rc = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  if (r.status.empty() || (rc != 0 && r.step_ms <= 0))
+    r.status =
+        "PyTorch not importable: " + g_python + " failed (exit status " + std::to_string(rc) + "): " + last;
+  return r;
+}
+
 /// Each benchmark's fastest CPU time per step over its repetitions, in ms.
 using TimeReporter = bench::MinTimeReporter;
 
@@ -119,9 +287,12 @@ int main(int argc, char** argv) {
     if (std::strncmp(arg, "--batch=", 8) == 0) g_batch = std::stoi(arg + 8);
     else if (std::strncmp(arg, "--sizes=", 8) == 0) g_sizes = parse_sizes(arg + 8);
     else if (std::strncmp(arg, "--repetitions=", 14) == 0) g_repetitions = std::stoi(arg + 14);
+    else if (std::strncmp(arg, "--python=", 9) == 0) g_python = arg + 9;
+    else if (std::strncmp(arg, "--torch-min-time=", 17) == 0) g_torch_min_time = std::stod(arg + 17);
     else return false;
     return true;
   });
+  if (g_python.empty() && std::getenv("MPT_TORCH_PYTHON")) g_python = std::getenv("MPT_TORCH_PYTHON");
 
   benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::DType::f32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond)
@@ -132,8 +303,21 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("step/bf16", BM_step, mpt::DType::bf16, false, "step/bf16")
       ->Unit(benchmark::kMillisecond)
       ->Repetitions(g_repetitions);
+  const std::vector<GemmShape> gemms = step_gemms();
+  for (const GemmShape& g : gemms)
+    benchmark::RegisterBenchmark(("gemm/" + g.name()).c_str(), BM_gemm, g)
+        ->Unit(benchmark::kMillisecond)
+        ->Repetitions(g_repetitions);
+  const bool peak = BENCH_PEAK_FMA && mpt::avx2_available();
+#if BENCH_PEAK_FMA
+  if (peak)
+    benchmark::RegisterBenchmark("peak/fma", BM_peak)
+        ->Unit(benchmark::kMillisecond)
+        ->Repetitions(g_repetitions);
+#endif
   TimeReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
+  const TorchResult torch = run_torch();
 
   std::string sizes;
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
@@ -152,6 +336,47 @@ int main(int argc, char** argv) {
                 baseline ? "-" : "<=1.25x", baseline ? "" : (tr <= 1.25 ? "meets target" : "BELOW target"),
                 g_activation_bytes[name], br, baseline ? "-" : "<=0.55x",
                 baseline ? "" : (br <= 0.55 ? "meets target" : "BELOW target"));
+  }
+
+  // The FP32 step beside PyTorch's.
+  std::printf("\nFP32 step beside PyTorch's (one thread, the same step and shapes); %s\n\n",
+              torch.status.c_str());
+  std::printf("%-12s %9s %9s %8s %8s  %s\n", "step", "mpt ms", "torch ms", "x torch", "target", "verdict");
+  if (t32 > 0 && torch.step_ms > 0) {
+    const double r = t32 / torch.step_ms;
+    std::printf("%-12s %9.3f %9.3f %8.2f %8s  %s\n", "fp32", t32, torch.step_ms, r, "<=1.2x",
+                r <= 1.2 ? "meets target" : "BELOW target");
+  } else {
+    std::printf("%-12s %9.3f %9s %8s %8s  %s\n", "fp32", t32, "-", "-", "<=1.2x", "not compared");
+  }
+
+  // The GEMMs against the core's peak (and PyTorch's, where it ran).
+  const double peak_gflops =
+      rep.ms.count("peak/fma")
+          ? 2.0 * 8 * kPeakChains * static_cast<double>(kPeakSteps) / (rep.ms["peak/fma"] * 1e-3) / 1e9
+          : 0.0;
+  if (peak)
+    std::printf(
+        "\nThe step's GEMMs (gemm_fma, %s): peak of this core %.1f GFLOP/s "
+        "(12 register-only 8-lane FMA chains)\n\n",
+        mpt::avx2_available() ? "AVX2 + FMA micro-kernel" : "portable", peak_gflops);
+  else
+    std::printf("\nThe step's GEMMs (gemm_fma, %s): no peak measured (needs x86 AVX2 + FMA)\n\n",
+                mpt::avx2_available() ? "AVX2 + FMA micro-kernel" : "portable");
+  std::printf("%-16s %9s %9s %8s %9s %8s\n", "gemm m x n x k", "ms/call", "GFLOP/s", "x peak", "torch ms",
+              "x torch");
+  for (const GemmShape& g : gemms) {
+    const std::string name = "gemm/" + g.name();
+    if (!rep.ms.count(name)) continue;
+    const double ms = rep.ms[name], gf = g.flops() / (ms * 1e-3) / 1e9;
+    const auto tm = torch.gemm_ms.find(g.name());
+    char xpeak[16] = "-", tms[16] = "-", xt[16] = "-";
+    if (peak_gflops > 0) std::snprintf(xpeak, sizeof xpeak, "%.2f", gf / peak_gflops);
+    if (tm != torch.gemm_ms.end() && tm->second > 0) {
+      std::snprintf(tms, sizeof tms, "%.3f", tm->second);
+      std::snprintf(xt, sizeof xt, "%.2f", ms / tm->second);
+    }
+    std::printf("%-16s %9.3f %9.1f %8s %9s %8s\n", g.name().c_str(), ms, gf, xpeak, tms, xt);
   }
   benchmark::Shutdown();
   return 0;

@@ -1,18 +1,22 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GPU-style GEMM
-// (f16/bf16 inputs, FP32 accumulation, one rounding of the result) and the
-// fp16-accumulate pitfall GEMM.
-// Depends on: mpt/nn/cpu/gemm.hpp, mpt/nn/data/data.hpp (Rng), Chapter 1 rounding.
+// (f16/bf16 inputs, FP32 accumulation, one rounding of the result), its one
+// summation order (a fused multiply-add chain per output in k order, the
+// GPU kernels' order) and the fp16-accumulate pitfall GEMM.
+// Depends on: mpt/nn/cpu/gemm.hpp, mpt/nn/data/data.hpp (Rng), Chapter 1 rounding,
+// test_ch02_gemm_cases.hpp (the naive loop, the shapes, the special values).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "mpt/formats/rounding.hpp"
 #include "mpt/nn/cpu/gemm.hpp"
 #include "mpt/nn/data/data.hpp"
 #include "mpt/nn/parameter.hpp"
+#include "test_ch02_gemm_cases.hpp"
 
 using namespace mpt;
 
@@ -208,15 +212,127 @@ TEST_CASE("gemm: operand errors are explicit") {
                        doctest::Contains("a matrix view needs a 1-D or 2-D tensor"), std::logic_error);
 }
 
-TEST_CASE("gemm: Eigen's product plans with fixed cache sizes, so every machine sums in the same order") {
-  // Eigen reads the caches from the CPU; its depth blocking follows the L1
-  // size, and with it the grouping of the k products of each output. After
-  // the library's first product the sizes are the fixed ones, whatever this
-  // CPU has (a machine with 48 KiB of L1 gave other bits in the chapters).
-  const MatrixF a = small_ints(3, 5, 2, 1), b = small_ints(5, 4, 2, 2);
-  (void)gemm(Tensor::from_f32(a.data(), {3, 5}, DType::f32), Op::N,
-             Tensor::from_f32(b.data(), {5, 4}, DType::f32), Op::N, DType::f32);
-  CHECK(Eigen::l1CacheSize() == 32 * 1024);
-  CHECK(Eigen::l2CacheSize() == 1024 * 1024);
-  CHECK(Eigen::l3CacheSize() == 32 * 1024 * 1024);
+// --- one summation order: the contract, bit for bit ---------------------------------
+
+TEST_CASE("gemm_fma: every element is one fma chain in k order from +0, on every shape and every Op") {
+  // The contract of gemm.hpp and of the GPU kernels (kernels/nn/gemm_fp16.cu),
+  // against the naive loop, for the portable micro-kernel and for whatever
+  // this CPU runs by default (the AVX2 one where there is AVX2 + FMA).
+  std::uint64_t seed = 1;
+  for (const auto& s : gemm_cases::shapes())
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T})
+        for (auto v : {gemm_cases::Values::spread, gemm_cases::Values::special}) {
+          const auto o = gemm_cases::make<float>(s[0], s[1], s[2], oa, ob, seed++, v);
+          CAPTURE(o.name());
+          CAPTURE(v == gemm_cases::Values::special);
+          const std::vector<float> want = gemm_cases::naive(o);
+          CHECK(gemm_cases::differing(o, gemm_cases::run(o, Implementation::portable), want) == 0);
+          CHECK(gemm_cases::differing(o, gemm_cases::run(o, Implementation::automatic), want) == 0);
+          // The data can tell orders apart: the same products summed from
+          // k = K-1 down give other bits (for K >= 3 and a few outputs).
+          if (v == gemm_cases::Values::spread && o.k >= 3 && o.m * o.n >= 8)
+            CHECK(gemm_cases::differing(o, gemm_cases::naive(o, true), want) > 0);
+        }
+}
+
+TEST_CASE("gemm_fma: K = 0 gives +0; the signs of zero follow the chain from +0") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> c(6, nan);
+  const float none = 1.0f;
+  gemm_fma(2, 3, 0, &none, 1, Op::N, &none, 3, Op::N, c.data(), 3);
+  for (float v : c) CHECK((v == 0.0f && !std::signbit(v)));
+  // Products that are all -0 (exactly): fma(-0·1, +0) = +0 — the chain
+  // starts at +0, as the GPU kernels' does; both impls agree.
+  const std::vector<float> neg0 = {-0.0f, -0.0f, -0.0f}, ones = {1.0f, 1.0f, 1.0f};
+  for (auto impl : {Implementation::portable, Implementation::automatic}) {
+    float r = nan;
+    gemm_fma(1, 1, 3, neg0.data(), 3, Op::N, ones.data(), 1, Op::N, &r, 1, impl);
+    CHECK((r == 0.0f && !std::signbit(r)));
+    // A negative product too small for a float is -0 after its fma, and
+    // the -0 products after it keep the chain at -0 (-0 + -0 = -0).
+    const std::vector<float> a = {-0x1p-100f, -0.0f, 0.0f}, b = {0x1p-100f, 5.0f, -3.0f};
+    gemm_fma(1, 1, 3, a.data(), 3, Op::N, b.data(), 1, Op::N, &r, 1, impl);
+    CHECK((r == 0.0f && std::signbit(r)));
+  }
+}
+
+TEST_CASE("gemm_fma: the FP64 reference runs the same chain in double") {
+  std::uint64_t seed = 500;
+  for (const auto& s : gemm_cases::shapes()) {
+    if (s[0] * s[1] * s[2] > 200000) continue;  // the long ones: the float test has them
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T}) {
+        const auto o =
+            gemm_cases::make<double>(s[0], s[1], s[2], oa, ob, seed++, gemm_cases::Values::special);
+        CAPTURE(o.name());
+        CHECK(gemm_cases::differing(o, gemm_cases::run(o, Implementation::automatic), gemm_cases::naive(o)) ==
+              0);
+      }
+  }
+  // matmul<double> (the layers' reference) goes through it.
+  const auto o = gemm_cases::make<double>(9, 21, 300, Op::N, Op::T, 7);
+  const Eigen::Map<const Mat<double>, 0, Eigen::OuterStride<>> a(o.a.data(), 9, 300,
+                                                                 Eigen::OuterStride<>(o.lda));
+  const Eigen::Map<const Mat<double>, 0, Eigen::OuterStride<>> b(o.b.data(), 21, 300,
+                                                                 Eigen::OuterStride<>(o.ldb));
+  const Mat<double> c = matmul<double>(Mat<double>(a), Op::N, Mat<double>(b), Op::T);
+  const std::vector<double> want = gemm_cases::naive(o);
+  std::int64_t differ = 0;
+  for (Eigen::Index i = 0; i < 9; ++i)
+    for (Eigen::Index j = 0; j < 21; ++j) differ += c(i, j) != want[static_cast<std::size_t>(i * o.ldc + j)];
+  CHECK(differ == 0);
+}
+
+TEST_CASE("gemm: the bias is added to the finished chain, then one rounding into the output") {
+  const auto o = gemm_cases::make<float>(20, 37, 300, Op::N, Op::T, 77);
+  const Eigen::Map<const MatrixF, 0, Eigen::OuterStride<>> a(o.a.data(), 20, 300,
+                                                             Eigen::OuterStride<>(o.lda));
+  const Eigen::Map<const MatrixF, 0, Eigen::OuterStride<>> b(o.b.data(), 37, 300,
+                                                             Eigen::OuterStride<>(o.ldb));
+  const Tensor at = Tensor::from_matrix(a, DType::f32), bt = Tensor::from_matrix(b, DType::f32);
+  MatrixF bias = normals(1, 37, 78, 64.0);
+  const Tensor biast = Tensor::from_matrix(bias, DType::f32);
+  const std::vector<float> chain = gemm_cases::naive(o);
+  for (DType out : {DType::f32, DType::bf16}) {
+    const MatrixF got = gemm(at, Op::N, bt, Op::T, out, &biast).to_matrix();
+    std::int64_t differ = 0, started_at_bias_differs = 0;
+    for (Eigen::Index i = 0; i < 20; ++i)
+      for (Eigen::Index j = 0; j < 37; ++j) {
+        const float acc = chain[static_cast<std::size_t>(i * o.ldc + j)];
+        const float want = round_value(acc + bias(0, j), format_of(out));
+        differ += got(i, j) != want;
+        // Starting the chain at the bias (another order) would differ.
+        float from_bias = bias(0, j);
+        for (Eigen::Index p = 0; p < 300; ++p) from_bias = std::fma(o.at_a(i, p), o.at_b(p, j), from_bias);
+        started_at_bias_differs += round_value(from_bias, format_of(out)) != want;
+      }
+    CAPTURE(std::string(dtype_name(out)));
+    CHECK(differ == 0);
+    // (In f32 the other order shows; bf16's 8 bits mostly hide it.)
+    if (out == DType::f32) CHECK(started_at_bias_differs > 0);
+  }
+}
+
+TEST_CASE("gemm_fma: bad arguments are one-line errors") {
+  const float x[4] = {1, 2, 3, 4};
+  float c[4];
+  CHECK_THROWS_WITH_AS(gemm_fma(-1, 2, 2, x, 2, Op::N, x, 2, Op::N, c, 2),
+                       doctest::Contains("negative size (m=-1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gemm_fma(2, 2, 2, x, 1, Op::N, x, 2, Op::N, c, 2),
+                       doctest::Contains("lda = 1 is shorter than a row (2 elements)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gemm_fma(2, 2, 2, x, 2, Op::N, x, 2, Op::N, c, 1), doctest::Contains("ldc = 1"),
+                       std::invalid_argument);
+  const double d[4] = {1, 2, 3, 4};
+  double e[4];
+  CHECK_THROWS_WITH_AS(gemm_fma(2, 2, 2, d, 2, Op::N, d, 2, Op::N, e, 2, Implementation::avx2),
+                       doctest::Contains("only the portable implementation"), std::invalid_argument);
+  if (!avx2_available())
+    CHECK_THROWS_WITH_AS(gemm_fma(2, 2, 2, x, 2, Op::N, x, 2, Op::N, c, 2, Implementation::avx2),
+                         doctest::Contains("no AVX2"), std::invalid_argument);
+  MatrixF m1(2, 3), m2(2, 3);
+  MatrixF out;
+  CHECK_THROWS_WITH_AS(multiply_into(out, m1, Op::N, m2, Op::N),
+                       doctest::Contains("op(a) is 2x3 but op(b) is 2x3"), std::invalid_argument);
 }

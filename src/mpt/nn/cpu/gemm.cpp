@@ -1,14 +1,19 @@
 // Chapter 02 — loss scaling and FP32 master weights: GEMM as a GPU does it.
-// Depends on: gemm.hpp; Chapter 1's rounding (the fp16-accumulate pitfall).
+// Depends on: gemm.hpp; Chapter 1's rounding (the fp16-accumulate pitfall),
+// cpu_dispatch.hpp (the choice of the AVX2 micro-kernel).
 #include "mpt/nn/cpu/gemm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <vector>
 
+#include "mpt/formats/cpu_dispatch.hpp"
 #include "mpt/formats/rounding.hpp"
 
 namespace mpt {
@@ -23,15 +28,193 @@ void require_inner_match(const char* who, Eigen::Index ra, Eigen::Index ca, Op o
                                 shape_string(inner_b, op_b == Op::N ? cb : rb));
 }
 
-void fix_product_blocking() {
-  // 32 KiB of L1, 1 MiB of L2, 32 MiB of L3: a common server core's caches.
-  // Only the order of the sums depends on them, never the result's accuracy.
-  static const bool fixed = [] {
-    Eigen::setCpuCacheSizes(std::ptrdiff_t{32} * 1024, std::ptrdiff_t{1024} * 1024,
-                            std::ptrdiff_t{32} * 1024 * 1024);
-    return true;
-  }();
-  (void)fixed;
+namespace {
+
+constexpr std::int64_t kMR = kGemmMR, kNR = kGemmNR, kKC = kGemmKC, kMC = kGemmMC, kNC = kGemmNC;
+
+/// A growing, 64-byte aligned buffer per thread for the packed panels.
+template <typename T>
+class PackBuffer {
+ public:
+  T* get(std::int64_t n) {
+    const auto want = static_cast<std::size_t>(n);
+    if (want > capacity_) {
+      data_.reset(static_cast<T*>(std::aligned_alloc(64, (want * sizeof(T) + 63) / 64 * 64)));
+      if (!data_) throw std::bad_alloc();
+      capacity_ = want;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  std::size_t capacity_ = 0;
+};
+
+/// The portable micro-kernel: the tile's kMR × kNR chains in an array, one
+/// std::fma per step, k in order — what gemm_micro_avx2 does in registers.
+template <typename T>
+void micro_portable(std::int64_t kc, const T* ap, const T* bp, T* c, std::int64_t ldc, bool load_c) {
+  T acc[kMR][kNR];
+  for (std::int64_t i = 0; i < kMR; ++i)
+    for (std::int64_t j = 0; j < kNR; ++j) acc[i][j] = load_c ? c[i * ldc + j] : T(0);
+  for (std::int64_t p = 0; p < kc; ++p, ap += kMR, bp += kNR)
+    for (std::int64_t i = 0; i < kMR; ++i) {
+      const T a = ap[i];
+      for (std::int64_t j = 0; j < kNR; ++j) acc[i][j] = std::fma(a, bp[j], acc[i][j]);
+    }
+  for (std::int64_t i = 0; i < kMR; ++i)
+    for (std::int64_t j = 0; j < kNR; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+/// op(A) rows [i0, i0 + mc) × k [p0, p0 + kc) into panels of kMR rows, each
+/// k-major (panel[p·kMR + i]); rows past mc are zeros.
+template <typename T>
+void pack_a(const T* a, std::int64_t lda, Op op, std::int64_t i0, std::int64_t mc, std::int64_t p0,
+            std::int64_t kc, T* out) {
+  for (std::int64_t r = 0; r < mc; r += kMR, out += kc * kMR) {
+    const std::int64_t rows = std::min(kMR, mc - r);
+    if (op == Op::T) {  // A stored [k, m]: kMR neighbours per k
+      for (std::int64_t p = 0; p < kc; ++p) {
+        const T* src = a + (p0 + p) * lda + i0 + r;
+        T* dst = out + p * kMR;
+        for (std::int64_t i = 0; i < rows; ++i) dst[i] = src[i];
+        for (std::int64_t i = rows; i < kMR; ++i) dst[i] = T(0);
+      }
+    } else {  // A stored [m, k]: kMR rows read side by side along k
+      const T* src[kMR];
+      for (std::int64_t i = 0; i < kMR; ++i) src[i] = a + (i0 + r + std::min(i, rows - 1)) * lda + p0;
+      for (std::int64_t p = 0; p < kc; ++p) {
+        T* dst = out + p * kMR;
+        for (std::int64_t i = 0; i < kMR; ++i) dst[i] = i < rows ? src[i][p] : T(0);
+      }
+    }
+  }
+}
+
+/// op(B) k [p0, p0 + kc) × columns [j0, j0 + nc) into panels of kNR
+/// columns, each k-major (panel[p·kNR + j]); columns past nc are zeros.
+template <typename T>
+void pack_b(const T* b, std::int64_t ldb, Op op, std::int64_t p0, std::int64_t kc, std::int64_t j0,
+            std::int64_t nc, T* out) {
+  for (std::int64_t s = 0; s < nc; s += kNR, out += kc * kNR) {
+    const std::int64_t cols = std::min(kNR, nc - s);
+    if (op == Op::N) {  // B stored [k, n]: kNR neighbours per k
+      for (std::int64_t p = 0; p < kc; ++p) {
+        const T* src = b + (p0 + p) * ldb + j0 + s;
+        T* dst = out + p * kNR;
+        for (std::int64_t j = 0; j < cols; ++j) dst[j] = src[j];
+        for (std::int64_t j = cols; j < kNR; ++j) dst[j] = T(0);
+      }
+    } else {  // B stored [n, k]: kNR rows of B (columns of op(B)) read side by side
+      const T* src[kNR];
+      for (std::int64_t j = 0; j < kNR; ++j) src[j] = b + (j0 + s + std::min(j, cols - 1)) * ldb + p0;
+      for (std::int64_t p = 0; p < kc; ++p) {
+        T* dst = out + p * kNR;
+        for (std::int64_t j = 0; j < kNR; ++j) dst[j] = j < cols ? src[j][p] : T(0);
+      }
+    }
+  }
+}
+
+template <typename T>
+using Micro = void (*)(std::int64_t, const T*, const T*, T*, std::int64_t, bool);
+
+void check_args(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, Op op_a, std::int64_t ldb,
+                Op op_b, std::int64_t ldc) {
+  if (m < 0 || n < 0 || k < 0)
+    throw std::invalid_argument("gemm_fma: negative size (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  const auto check = [](const char* name, std::int64_t ld, std::int64_t row, std::int64_t rows) {
+    if (rows > 0 && ld < row)
+      throw std::invalid_argument(std::string("gemm_fma: ") + name + " = " + std::to_string(ld) +
+                                  " is shorter than a row (" + std::to_string(row) +
+                                  " elements); it must be >= " + std::to_string(row));
+  };
+  check("lda", lda, op_a == Op::N ? k : m, op_a == Op::N ? m : k);
+  check("ldb", ldb, op_b == Op::N ? n : k, op_b == Op::N ? k : n);
+  check("ldc", ldc, n, m);
+}
+
+/// BLIS's five loops around the micro-kernel. Every tile's chains run
+/// through the k blocks in order: the first block starts them at +0, every
+/// later one loads them from C and continues (load_c), so the result is the
+/// one chain per element whatever the block sizes.
+template <typename T>
+void packed_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, Op op_a,
+                 const T* b, std::int64_t ldb, Op op_b, T* c, std::int64_t ldc, Micro<T> micro) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // the empty sum
+    for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return;
+  }
+  thread_local PackBuffer<T> a_buffer, b_buffer;
+  const std::int64_t kc_max = std::min(k, kKC);
+  T* bp = b_buffer.get(kc_max * ((std::min(n, kNC) + kNR - 1) / kNR * kNR));
+  T* ap = a_buffer.get(kc_max * ((std::min(m, kMC) + kMR - 1) / kMR * kMR));
+  alignas(64) T edge[kMR * kNR];
+  for (std::int64_t j0 = 0; j0 < n; j0 += kNC) {
+    const std::int64_t nc = std::min(kNC, n - j0);
+    for (std::int64_t p0 = 0; p0 < k; p0 += kKC) {
+      const std::int64_t kc = std::min(kKC, k - p0);
+      const bool load_c = p0 > 0;
+      pack_b(b, ldb, op_b, p0, kc, j0, nc, bp);
+      for (std::int64_t i0 = 0; i0 < m; i0 += kMC) {
+        const std::int64_t mc = std::min(kMC, m - i0);
+        pack_a(a, lda, op_a, i0, mc, p0, kc, ap);
+        for (std::int64_t s = 0; s < nc; s += kNR) {
+          const std::int64_t cols = std::min(kNR, nc - s);
+          const T* bpanel = bp + s * kc;
+          for (std::int64_t r = 0; r < mc; r += kMR) {
+            const std::int64_t rows = std::min(kMR, mc - r);
+            const T* apanel = ap + r * kc;
+            T* tile = c + (i0 + r) * ldc + j0 + s;
+            if (rows == kMR && cols == kNR) {
+              micro(kc, apanel, bpanel, tile, ldc, load_c);
+            } else {  // a partial tile: through a full one, padding discarded
+              if (load_c)
+                for (std::int64_t i = 0; i < rows; ++i)
+                  for (std::int64_t j = 0; j < cols; ++j) edge[i * kNR + j] = tile[i * ldc + j];
+              micro(kc, apanel, bpanel, edge, kNR, load_c);
+              for (std::int64_t i = 0; i < rows; ++i)
+                for (std::int64_t j = 0; j < cols; ++j) tile[i * ldc + j] = edge[i * kNR + j];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, Op op_a,
+              const float* b, std::int64_t ldb, Op op_b, float* c, std::int64_t ldc, Implementation impl) {
+  check_args(m, n, k, lda, op_a, ldb, op_b, ldc);
+  const bool avx2 =
+      detail::use_avx2(impl,
+                       "gemm_fma: the AVX2 path was asked for, but this CPU or build has no AVX2, "
+                       "FMA and F16C; use Implementation::portable or automatic");
+  Micro<float> micro = micro_portable<float>;
+#if defined(MPT_HAVE_AVX2_PATH)
+  if (avx2) micro = detail::gemm_micro_avx2;
+#else
+  (void)avx2;
+#endif
+  packed_gemm(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro);
+}
+
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda, Op op_a,
+              const double* b, std::int64_t ldb, Op op_b, double* c, std::int64_t ldc, Implementation impl) {
+  check_args(m, n, k, lda, op_a, ldb, op_b, ldc);
+  if (impl == Implementation::avx2)
+    throw std::invalid_argument(
+        "gemm_fma: the FP64 reference has only the portable implementation; use "
+        "Implementation::portable or automatic");
+  packed_gemm(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro_portable<double>);
 }
 
 namespace detail {

@@ -1,11 +1,44 @@
 // Chapter 02 — loss scaling and FP32 master weights: GEMM as a GPU does it.
-// Depends on: the core tier (tensor.hpp), Eigen.
+// Depends on: the core tier (tensor.hpp), rounding.hpp (Implementation),
+// gemm_kernel.hpp (the blocking), Eigen (the matrix types).
 //
 // Inputs stored in any dtype (both in one: a GPU GEMM takes both inputs in
 // one format), widened exactly to FP32, products accumulated in FP32, the
 // result rounded once into the output dtype — cuBLAS's CUBLAS_COMPUTE_32F
 // with fp16/bf16 inputs. Also, named as the pitfall it is, a GEMM that
 // accumulates in fp16 and rounds after every multiply-add.
+//
+// One summation order on every path. Every product of the library (Linear,
+// the convolutions' im2col GEMMs, Embedding's tied output layer, attention)
+// computes each output element as ONE chain of fused multiply-adds in the
+// order k = 0, 1, …, K−1, starting from +0:
+//
+//   acc = +0;  for k in 0..K−1: acc = fma(op(A)[i][k], op(B)[k][j], acc)
+//
+// then adds the bias, where there is one, to the finished accumulator, and
+// rounds once into the output dtype. That is the contract of the CUDA
+// kernels gemm_f32 and gemm_fp16 (kernels/nn/gemm_fp16.cu: "bit for bit a
+// CPU loop of std::fma in the order k = 0..K−1"), so the CPU and the GPU
+// give the same bits, and every x86 or ARM machine gives the same bits:
+// the chapters' generated numbers do not depend on the CPU they ran on.
+//
+// The fast implementation is a packed, register-blocked GEMM (BLIS's
+// loops): op(B) is packed in panels of kNR columns, op(A) in panels of kMR
+// rows, and a micro-kernel keeps a kMR × kNR tile of C in registers and runs
+// k in order. When K is split into blocks of kKC, the next block LOADS the
+// tile's running sums from C and continues their chains — it never sums a
+// block from zero and adds it to C, which would be another order. Two
+// micro-kernels with the same bits: AVX2 + FMA (gemm_avx2.cpp, chosen at run
+// time when the CPU has AVX2, FMA and F16C) and a portable one of std::fma
+// calls, correct everywhere. Where FMA is part of the base instruction set
+// (ARM64) std::fma compiles to the instruction and the portable kernel is
+// fast. On x86-64 the library is compiled for the baseline ISA, so there
+// each std::fma is a call into the C library, which computes the fused
+// result in software on a CPU without FMA hardware: correct, and much
+// slower — the price of one order on every machine, paid only by x86 CPUs
+// without AVX2 and FMA (a separate multiply and add would be fast there,
+// and round twice). The FP64 reference path (matmul<double>) runs the same
+// loops and the same order in double, with the portable micro-kernel.
 #pragma once
 
 #include <cstddef>
@@ -13,10 +46,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <Eigen/Core>
 
 #include "mpt/core/tensor.hpp"
+#include "mpt/formats/rounding.hpp"
+#include "mpt/nn/cpu/gemm_kernel.hpp"
 
 namespace mpt {
 
@@ -31,32 +67,51 @@ inline std::string shape_string(Eigen::Index rows, Eigen::Index cols) {
   return shape_string(Shape{rows, cols});
 }
 
-/// Fixes the cache sizes Eigen's blocked product plans with (once per
-/// process; every call after the first does nothing). Eigen reads them from
-/// the CPU at run time, and its depth blocking (how many k a block sums
-/// before adding into C) follows the L1 size: on machines with different
-/// caches the same product sums in different groups and rounds differently.
-/// With the sizes fixed, every machine sums a product in the same order, so
-/// the chapters' generated numbers do not depend on the CPU they ran on.
-void fix_product_blocking();
+/// c [m × n] = op(a) · op(b), row-major, each element the fused
+/// multiply-add chain over k = 0..k−1 from +0 (see the top of the file).
+/// op(a) is m × k: a is stored [m, k] (Op::N) or [k, m] (Op::T) with rows
+/// lda apart; op(b) is k × n: b stored [k, n] or [n, k], rows ldb apart; c's
+/// rows are ldc apart. k = 0 gives +0 everywhere. c must not overlap a or b.
+/// Implementation::avx2 on a CPU or build without AVX2 and FMA, a negative
+/// size or a leading dimension shorter than its row: std::invalid_argument.
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, Op op_a,
+              const float* b, std::int64_t ldb, Op op_b, float* c, std::int64_t ldc,
+              Implementation impl = Implementation::automatic);
 
-/// c = op(a) · op(b) with Eigen, c already of the product's size (a Map) or
-/// resizable (a Matrix). The one place the product is written, so the f32
-/// path and the FP64 reference multiply in the same way, and in the same
-/// order on every machine (fix_product_blocking).
-template <class C, class A, class B>
-void multiply_into(C& c, const A& a, Op op_a, const B& b, Op op_b) {
-  fix_product_blocking();
-  if (op_a == Op::N && op_b == Op::N) c.noalias() = a * b;
-  else if (op_a == Op::N) c.noalias() = a * b.transpose();
-  else if (op_b == Op::N) c.noalias() = a.transpose() * b;
-  else c.noalias() = a.transpose() * b.transpose();
-}
+/// The FP64 reference: the same loops and order in double (portable).
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda, Op op_a,
+              const double* b, std::int64_t ldb, Op op_b, double* c, std::int64_t ldc,
+              Implementation impl = Implementation::automatic);
 
 /// Throws std::invalid_argument (naming `who` and both shapes) unless the
 /// inner dimensions of op(a) [ra x ca] and op(b) [rb x cb] agree.
 void require_inner_match(const char* who, Eigen::Index ra, Eigen::Index ca, Op op_a, Eigen::Index rb,
                          Eigen::Index cb, Op op_b);
+
+/// c = op(a) · op(b) through gemm_fma, for row-major Eigen matrices and
+/// maps of one scalar type (float or double): c already of the product's
+/// size (a Map) or resizable (a Matrix). The one place the library's
+/// products are written, so the f32 path and the FP64 reference multiply in
+/// the same order. Throws std::invalid_argument when the inner dimensions
+/// differ.
+template <class C, class A, class B>
+void multiply_into(C& c, const A& a, Op op_a, const B& b, Op op_b,
+                   Implementation impl = Implementation::automatic) {
+  using T = typename C::Scalar;
+  static_assert(std::is_same_v<T, typename A::Scalar> && std::is_same_v<T, typename B::Scalar>,
+                "multiply_into: one scalar type for a, b and c");
+  static_assert(bool(C::IsRowMajor) && bool(A::IsRowMajor) && bool(B::IsRowMajor),
+                "multiply_into: row-major matrices");
+  static_assert(C::InnerStrideAtCompileTime == 1 && A::InnerStrideAtCompileTime == 1 &&
+                    B::InnerStrideAtCompileTime == 1,
+                "multiply_into: contiguous rows");
+  require_inner_match("multiply_into", a.rows(), a.cols(), op_a, b.rows(), b.cols(), op_b);
+  const Eigen::Index m = op_a == Op::N ? a.rows() : a.cols(), k = op_a == Op::N ? a.cols() : a.rows();
+  const Eigen::Index n = op_b == Op::N ? b.cols() : b.rows();
+  c.resize(m, n);  // a Map: only checks the size
+  gemm_fma(m, n, k, a.data(), a.outerStride(), op_a, b.data(), b.outerStride(), op_b, c.data(),
+           c.outerStride(), impl);
+}
 
 /// op(a) · op(b) with every product and sum in T: the arithmetic core of
 /// gemm() (T = float) and of the FP64 reference path (T = double). Throws
@@ -76,9 +131,9 @@ Mat<T> matmul(const Mat<T>& a, Op op_a, const Mat<T>& b, Op op_b) {
 /// added in fp32 to the accumulator (a cuBLASLt bias epilogue), and the fp32
 /// result is rounded once, with the library's rounding, into `out`.
 ///
-/// Eigen's blocked kernel adds the k products in a different order than a
-/// GPU's tiled kernel does, so results can differ in the last fp32 bits of
-/// the sum; both accumulate in fp32, which is the property that matters here.
+/// The products are summed as gemm_fma sums them: one fused multiply-add
+/// chain per output in the order k = 0..K−1, the order of the GPU kernels
+/// (kernels/nn/gemm_fp16.cu), so CPU and GPU agree bit for bit.
 Tensor gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const Tensor* bias = nullptr);
 
 /// THE PITFALL "accumulate in fp16": C = op(A) · op(B) with f16 inputs and an
@@ -108,6 +163,7 @@ class Scratch {
   std::unique_ptr<float[]> data_;
   std::size_t capacity_ = 0;
 };
+
 }  // namespace detail
 
 /// An f32 view of a tensor's matrix: in place for f32, widened (exactly)
