@@ -88,7 +88,7 @@ RunResult adam_outcomes(const AdamRun& r, std::string setup);
 RunResult adam_eps_broken() {
   AdamRun r;
   //! [adam-eps-fp16-broken]
-  r = adam_run(DType::f16);  // AdamW::Options::state_format = fp16: m, v, eps, arithmetic
+  r = adam_run(DType::f16);  // AdamW::Options::state_dtype = f16: m, v, eps, arithmetic
   //! [adam-eps-fp16-broken]
   return adam_outcomes(r, "fp16 MLP on the blobs with GradScaler; AdamW state and arithmetic in fp16");
 }

@@ -12,8 +12,8 @@
 // (a row of values near 0.7 stops at 2048, where the spacing is 2). And it
 // overflows: a row whose squares add up past 65504 gets Σ = inf, a variance
 // of inf and 1/√(var + eps) = 0, so the whole row normalizes to 0. The
-// library's LayerNorm computes its statistics in FP32 (Welford) from the
-// widened fp16 values.
+// library's LayerNorm sums the widened fp16 values in double (two passes:
+// the mean, then Σ(x − mean)²) and rounds the statistics into FP32.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -174,7 +174,7 @@ RunResult accumulation_fixed() {
   //! [layernorm-fp16-accumulation-fixed]
   LayerNorm ln({kFeatures}, o);
   ln.apply_policy(*f16);                    // an fp16 model: fp16 in, fp16 out
-  const Tensor y = ln.forward(input, ctx);  // FP32 Welford statistics of the widened row
+  const Tensor y = ln.forward(input, ctx);  // statistics of the widened row: double sums, FP32 results
   //! [layernorm-fp16-accumulation-fixed]
   Normalized r{std::vector<float>(x.size()), std::vector<float>(2), std::vector<float>(2)};
   y.to_f32(r.y.data());
@@ -185,7 +185,7 @@ RunResult accumulation_fixed() {
   const auto sum = static_cast<float>(out.get("offset_row_sum_fp64"));
   out.explanation = "FP32's spacing at " + num(sum) + " is " + num(std::nextafter(sum, 2 * sum) - sum) +
                     " and its largest value " + num(limits_of(format_of(DType::f32).spec).max) +
-                    ", and Welford's update adds (x − mean)/n to a mean of the row's own size: the mean is " +
+                    "; the library sums the widened values in double and rounds the mean into FP32: it is " +
                     num(out.get("offset_row_mean")) + ", the wide row's Σ(x − mean)² " +
                     num(out.get("wide_row_sum_sq")) + ", every output within " +
                     num(out.get("worst_error_ulps")) + " fp16 ulp of the FP64 normalization.";
@@ -234,7 +234,8 @@ Pitfall layernorm_fp16_accumulation_pitfall() {
       "fp16's spacing (1) is more than any value added, and a sum of 4096 squares of size 64 passes 65504 "
       "and "
       "is inf (the variance is inf, 1/√(var + eps) = 0, the row normalizes to 0). Accumulate the statistics "
-      "in FP32, as the library's LayerNorm does (Welford, from the widened fp16 values).",
+      "in FP32 or wider, as the library's LayerNorm does (double sums of the widened fp16 values, rounded into "
+      "FP32).",
       accumulation_broken,
       accumulation_fixed,
       {

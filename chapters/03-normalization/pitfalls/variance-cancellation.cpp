@@ -9,11 +9,13 @@
 // E[x]² ≈ 10⁶ agree in their first six digits, and the variance, about 1,
 // is their difference. FP32 keeps about seven digits, and Σx² over a
 // thousand values carries rounding errors of tens (its spacing at 10⁹ is
-// 64), so the difference is mostly rounding error: it comes out too large,
+// 64), and the mean squared carries Σx's rounding, so the difference is
+// rounding error as large as itself (the broken run measures both terms'
+// errors and says which is larger): it comes out too large,
 // too small, zero or negative (√ of a negative: NaN; of 0 + eps: outputs
 // multiplied by 1/√eps ≈ 316). Subtracting the mean before squaring
 // (Welford's update, or a second pass) sums (x − mean)², values of size 1,
-// and leaves no cancellation; the library's BatchNorm does that in FP32. Both
+// and leaves no cancellation; the library's BatchNorm takes two passes. Both
 // runs are FP32: they differ in the formula only (bn-variance-fp16 holds the
 // formula and changes the precision).
 #include <algorithm>
@@ -72,11 +74,20 @@ RunResult cancellation_outcomes(const Normalized& r, std::string setup);
 // ---------------------------------------------------------------------------
 // The broken run.
 
+/// How far the two terms of the single pass are off, the largest over the
+/// channels: E[x²] (from the FP32 Σx²) and E[x]² (from the FP32 Σx, through
+/// the mean), each against the same term computed in double on the same
+/// FP32 values.
+struct TermErrors {
+  double mean_sq = 0;  ///< |fl(Σx²)/n − E[x²]|
+  double sq_mean = 0;  ///< |fl(mean)² − E[x]²|
+};
+
 /// The textbook single pass in FP32: Σx and Σx², then E[x²] − E[x]². It
-/// exists only as this pitfall. Also reports the largest Σx² it formed and
-/// the variance of every channel.
+/// exists only as this pitfall. Also reports the largest Σx² it formed, the
+/// variance of every channel and the error of each of the two terms.
 Normalized naive_fp32_batch_norm(const std::vector<float>& x, const norm_math::Layout& l, double eps,
-                                 float& largest_sum_sq, std::vector<float>& vars) {
+                                 float& largest_sum_sq, std::vector<float>& vars, TermErrors& terms) {
   Normalized r{std::vector<float>(x.size()), std::vector<float>(static_cast<std::size_t>(l.channels))};
   largest_sum_sq = 0;
   vars.assign(static_cast<std::size_t>(l.channels), 0.0f);
@@ -101,6 +112,18 @@ Normalized naive_fp32_batch_norm(const std::vector<float>& x, const norm_math::L
     r.invstd[static_cast<std::size_t>(c)] = invstd;
     vars[static_cast<std::size_t>(c)] = var;
     largest_sum_sq = std::max(largest_sum_sq, sum_sq);
+    // The two terms in double on the same values (x² of a float is exact in
+    // double, and the double sums keep far more than FP32 can show).
+    double sum_d = 0, sum_sq_d = 0;
+    for (std::int64_t n = 0; n < l.outer; ++n)
+      for (std::int64_t i = 0; i < l.inner; ++i) {
+        const double v = x[at(n, i)];
+        sum_d += v;
+        sum_sq_d += v * v;
+      }
+    const double mean_d = sum_d / m;
+    terms.mean_sq = std::max(terms.mean_sq, std::fabs(static_cast<double>(sum_sq / m) - sum_sq_d / m));
+    terms.sq_mean = std::max(terms.sq_mean, std::fabs(static_cast<double>(mean * mean) - mean_d * mean_d));
   }
   return r;
 }
@@ -108,7 +131,8 @@ Normalized naive_fp32_batch_norm(const std::vector<float>& x, const norm_math::L
 RunResult cancellation_broken() {
   float largest = 0;
   std::vector<float> vars;
-  const Normalized r = naive_fp32_batch_norm(activations(), layout(), kEps, largest, vars);
+  TermErrors terms;
+  const Normalized r = naive_fp32_batch_norm(activations(), layout(), kEps, largest, vars, terms);
   std::string listed;
   for (float v : vars) listed += (listed.empty() ? "" : ", ") + num(std::round(v * 100) / 100);
   RunResult out = cancellation_outcomes(
@@ -117,14 +141,15 @@ RunResult cancellation_broken() {
       "pass E[x²] − E[x]² in FP32");
   const double spacing = std::nextafter(largest, std::numeric_limits<float>::infinity()) - largest;
   const double mean_sq = kMean * kMean;
+  const bool sum_sq_larger = terms.mean_sq >= terms.sq_mean;
   out.explanation =
       "E[x²] and E[x]² are both about " + num(mean_sq) + " and differ by the variance, about " +
       num(kStd * kStd) + "; Σx² reaches " + num(largest) + ", where FP32's spacing is " + num(spacing) +
-      ", and each of its " + num(out.get("values_per_channel")) +
-      " additions may round by up to half of that (" + num(spacing / 2) + "): E[x²] = Σx²/" +
-      num(out.get("values_per_channel")) + " moves by up to " +
-      num(spacing / 2 / out.get("values_per_channel")) +
-      " with each of them, the errors add up, and the difference is mostly rounding error. The " +
+      ", so each of its " + num(out.get("values_per_channel")) + " additions may round by up to " +
+      num(spacing / 2) + ". Measured against the same terms in double, E[x²] = Σx²/" +
+      num(out.get("values_per_channel")) + " is off by up to " + num(terms.mean_sq) + " and E[x]² (Σx rounded, " +
+      "then the mean squared) by up to " + num(terms.sq_mean) + ": the larger error is " +
+      (sum_sq_larger ? "Σx²'s" : "Σx's, through the mean") + ", and either is of the size of the variance. The " +
       num(static_cast<double>(kChannels)) + " variances came out as " + listed + " (FP64: about " +
       num(std::round(out.get("std") * out.get("std") * 100) / 100) + "); √ of a negative one is NaN (" +
       num(out.get("nan_outputs")) +
@@ -145,14 +170,14 @@ RunResult cancellation_fixed() {
   o.eps = kEps;
   o.affine = false;
   //! [variance-cancellation-fixed]
-  BatchNorm bn(kChannels, o);               // FP32: sums (x − mean)², values of size 1
+  BatchNorm bn(kChannels, o);               // sums (x − mean)², values of size 1
   const Tensor y = bn.forward(input, ctx);  // the same FP32 activations
   //! [variance-cancellation-fixed]
   Normalized r{std::vector<float>(x.size()), std::vector<float>(static_cast<std::size_t>(kChannels))};
   y.to_f32(r.y.data());
   bn.invstd().to_f32(r.invstd.data());
   RunResult out = cancellation_outcomes(
-      r, "the same activations through the library's BatchNorm (FP32, the mean subtracted before squaring)");
+      r, "the same activations through the library's BatchNorm (the mean subtracted before squaring)");
   out.explanation =
       "The library's BatchNorm subtracts the mean before it squares, so it sums values of size " +
       num(kStd * kStd) + " instead of " + num(kMean * kMean) + ": the variance is within " +
@@ -219,10 +244,10 @@ Pitfall variance_cancellation_pitfall() {
       3,
       "E[x²] − E[x]² in FP32 cancels when the mean is far above the spread",
       "With mean 1000 and std 1, E[x²] and E[x]² are both about 10⁶ and agree in six digits; FP32 keeps "
-      "about seven, and Σx² over a thousand values is off by tens, so their difference, the variance, is "
-      "mostly rounding error: too large, too small, zero or negative (NaN outputs, or outputs multiplied "
-      "by 1/√eps). Subtracting the mean before squaring, as the library's BatchNorm does in FP32, sums "
-      "(x − mean)², values of size 1, and leaves no cancellation.",
+      "about seven, and both carry rounding errors as large as their difference, the variance: it comes "
+      "out too large, too small, zero or negative (NaN outputs, or outputs multiplied by 1/√eps). "
+      "Subtracting the mean before squaring, as the library's BatchNorm does, sums (x − mean)², values "
+      "of size 1, and leaves no cancellation.",
       cancellation_broken,
       cancellation_fixed,
       {
