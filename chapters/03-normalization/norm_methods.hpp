@@ -34,7 +34,9 @@ namespace mpt::ch03 {
 
 /// A mean and a biased and unbiased variance as a method returns them.
 struct MeanVar {
-  double mean = 0, var_biased = 0, var_unbiased = 0;
+  double mean = 0;          ///< the mean
+  double var_biased = 0;    ///< M2 / n, what normalization divides by
+  double var_unbiased = 0;  ///< M2 / (n − 1), what BatchNorm's running variance folds in
 };
 
 /// The reference: two passes in long double (64 significant bits on x86-64,
@@ -106,8 +108,9 @@ inline MeanVar torch_batch_norm(const float* x, std::int64_t n) {
 namespace detail {
 /// Partial moments of moments_utils.h: a count, a mean, an M2.
 struct Moments {
-  std::int64_t m0 = 0;
-  float m1 = 0, m2 = 0;
+  std::int64_t m0 = 0;  ///< the count
+  float m1 = 0;         ///< the mean
+  float m2 = 0;         ///< Σ(x − mean)²
 };
 /// Chan's merge as moments_utils.h's AddMoments writes it (c = n_add / n).
 inline void add_moments(std::int64_t m0_add, float m1_add, float m2_add, Moments& m) {

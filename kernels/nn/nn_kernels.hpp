@@ -316,8 +316,8 @@ enum class SoftmaxCeVersion : int {
 /// pass and K = classes, by softmax_math.hpp's cross_entropy_of (the CPU's
 /// formula: no large max is added to log(sum) and then taken off again):
 ///   loss  = log(sum) − (z_y − max)                                  (ε = 0)
-///   loss  = (1 − ε)·(log(sum) − (z_y − max))
-///           + ε·(log(sum) − Σⱼ(zⱼ − max) / K)                       (ε > 0)
+///   loss  = (1 − ε)·(log(sum) − (z_y − max)) +
+///           ε·(log(sum) − Σⱼ(zⱼ − max) / K)                         (ε > 0)
 ///   dzⱼ   = g·(softmaxⱼ − (1 − ε)·[j = y] − ε/K), rounded once to fp16
 /// with g = dloss for Reduction::sum and none, and dloss / (the number of
 /// rows whose target is not ignore_index) for mean: the gradient of

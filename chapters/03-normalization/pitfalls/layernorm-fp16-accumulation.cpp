@@ -234,7 +234,8 @@ Pitfall layernorm_fp16_accumulation_pitfall() {
       "fp16's spacing (1) is more than any value added, and a sum of 4096 squares of size 64 passes 65504 "
       "and "
       "is inf (the variance is inf, 1/√(var + eps) = 0, the row normalizes to 0). Accumulate the statistics "
-      "in FP32 or wider, as the library's LayerNorm does (double sums of the widened fp16 values, rounded into "
+      "in FP32 or wider, as the library's LayerNorm does (double sums of the widened fp16 values, rounded "
+      "into "
       "FP32).",
       accumulation_broken,
       accumulation_fixed,

@@ -147,10 +147,11 @@ RunResult cancellation_broken() {
       num(kStd * kStd) + "; Σx² reaches " + num(largest) + ", where FP32's spacing is " + num(spacing) +
       ", so each of its " + num(out.get("values_per_channel")) + " additions may round by up to " +
       num(spacing / 2) + ". Measured against the same terms in double, E[x²] = Σx²/" +
-      num(out.get("values_per_channel")) + " is off by up to " + num(terms.mean_sq) + " and E[x]² (Σx rounded, " +
-      "then the mean squared) by up to " + num(terms.sq_mean) + ": the larger error is " +
-      (sum_sq_larger ? "Σx²'s" : "Σx's, through the mean") + ", and either is of the size of the variance. The " +
-      num(static_cast<double>(kChannels)) + " variances came out as " + listed + " (FP64: about " +
+      num(out.get("values_per_channel")) + " is off by up to " + num(terms.mean_sq) +
+      " and E[x]² (Σx rounded, " + "then the mean squared) by up to " + num(terms.sq_mean) +
+      ": the larger error is " + (sum_sq_larger ? "Σx²'s" : "Σx's, through the mean") +
+      ", and either is of the size of the variance. The " + num(static_cast<double>(kChannels)) +
+      " variances came out as " + listed + " (FP64: about " +
       num(std::round(out.get("std") * out.get("std") * 100) / 100) + "); √ of a negative one is NaN (" +
       num(out.get("nan_outputs")) +
       " NaN outputs), and one that is too small blows the outputs up (largest |y| " +

@@ -149,10 +149,15 @@ struct MaskedBatch {
   static constexpr std::int64_t kLen = 6;    ///< tokens per sequence
   static constexpr std::int64_t kDim = 16;   ///< the head's dimension
   static constexpr std::int64_t kPad = 2;    ///< sequence 0's left padding
-  std::vector<float> q, k, v;                ///< [2, 6, 16] each, fp16 values
-  /// [2, 6, 6], 1: the key takes part: causal (j <= i), padding (not a pad
-  /// token), keep (both).
-  std::vector<std::uint8_t> causal, padding, keep;
+  std::vector<float> q;                      ///< queries [2, 6, 16], fp16 values
+  std::vector<float> k;                      ///< keys [2, 6, 16], fp16 values
+  std::vector<float> v;                      ///< values [2, 6, 16], fp16 values
+  /// [2, 6, 6], 1 where the key takes part: causal (j <= i).
+  std::vector<std::uint8_t> causal;
+  /// [2, 6, 6], 1 where the key is not a pad token.
+  std::vector<std::uint8_t> padding;
+  /// [2, 6, 6], 1 where both causal and padding keep the key.
+  std::vector<std::uint8_t> keep;
   /// The shapes, for fp64_attention.
   static AttentionDims dims() { return {kBatch, kLen, kLen, kDim, kDim}; }
   /// 1/√D.

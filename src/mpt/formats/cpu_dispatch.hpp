@@ -1,5 +1,6 @@
 // Chapters 01 onwards — private to src/mpt: the run-time choice between the
-// portable loops and the AVX2 loops, shared by rounding.cpp and unscale.cpp.
+// portable loops and the AVX2 loops, shared by rounding.cpp, unscale.cpp, and
+// the nn tier's CPU kernels (gemm.cpp, norm_cpu.cpp, softmax_cpu.cpp).
 // Depends on: rounding.hpp (Implementation, avx2_available).
 #pragma once
 
