@@ -57,9 +57,9 @@ class DeviceTensorList {
   std::size_t tensors() const { return count_; }
   /// Elements over all tensors.
   std::size_t elements() const { return elements_; }
-  /// Chunks of kernels/scaler.cu's vectorized version (blocks it launches).
+  /// Chunks of kernels/amp/scaler.cu's vectorized version (blocks it launches).
   std::size_t chunks() const { return chunks_; }
-  /// The device table (opaque; read by kernels/scaler.cu).
+  /// The device table (opaque; read by kernels/amp/scaler.cu).
   const void* d_table() const { return d_table_; }
 
  private:

@@ -1,5 +1,5 @@
 // Chapter 01 — floating-point formats and their limits: the GPU casts
-// (kernels/casts.cu) against the CPU reference, bit for bit.
+// (kernels/formats/casts.cu) against the CPU reference, bit for bit.
 // Depends on: mpt (rounding.hpp: encode_array; round_element.hpp: decode),
 // mpt::kernels, tests/cuda_host/sweep_values.hpp, gpu_test_support.hpp.
 // Without a usable GPU it prints why and exits 77 (CTest: Skipped).

@@ -1,5 +1,5 @@
 // Chapter 01 — floating-point formats and their limits: the GPU range report
-// (kernels/range_report.cu) against the host, count for count.
+// (kernels/formats/range_report.cu) against the host, count for count.
 // Depends on: mpt (range_report.hpp: the CPU reference; range_classify.hpp),
 // mpt::kernels,
 // tests/cuda_host/sweep_values.hpp, gpu_test_support.hpp.

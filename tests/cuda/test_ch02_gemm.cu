@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the fp16-input,
-// FP32-accumulate GEMM (kernels/gemm_fp16.cu) against a naive CPU reference.
+// FP32-accumulate GEMM (kernels/nn/gemm_fp16.cu) against a naive CPU reference.
 // Depends on: mpt (round_element.hpp: fp16 encode/decode), mpt::kernels,
 // gpu_test_support.hpp. Without a usable GPU it exits 77 (CTest: Skipped).
 //

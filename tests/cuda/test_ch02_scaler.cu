@@ -1,5 +1,5 @@
 // Chapter 02 — loss scaling and FP32 master weights: the GradScaler's GPU
-// kernels (kernels/scaler.cu) against the CPU reference.
+// kernels (kernels/amp/scaler.cu) against the CPU reference.
 // Depends on: mpt (unscale.hpp, scaler_math.hpp: the reference), mpt::kernels,
 // tests/cuda_host/sweep_values.hpp (adversarial inputs),
 // tests/cuda_host/scale_update_cases.hpp (the scale-update sequences),

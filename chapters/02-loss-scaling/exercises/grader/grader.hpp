@@ -86,7 +86,7 @@ inline std::string describe(const ScalerConfig& c) {
 }
 
 /// Exercise 2.1's answer: the update rule the GradScaler and the CUDA
-/// kernel run (src/mpt/scaler_math.hpp).
+/// kernel run (src/mpt/amp/scaler_math.hpp).
 inline ScaleState reference_update(ScaleState s, bool found_inf, const ScalerConfig& c) {
   mpt::update_scale(s.scale, s.tracker, found_inf, c.growth_factor, c.backoff_factor, c.growth_interval);
   return s;

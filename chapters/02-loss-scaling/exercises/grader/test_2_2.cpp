@@ -1,6 +1,6 @@
 // Chapter 02 exercises — grader tests for exercise 2.2 (fused unscale and
 // check over one gradient buffer). Depends on: grader.hpp; mpt's
-// unscale_and_check (src/mpt/unscale.hpp) is the reference.
+// unscale_and_check (src/mpt/amp/unscale.hpp) is the reference.
 // Six test cases, two points each but one: a buffer by hand, inf/NaN
 // anywhere, judged before the multiply, short buffers, large random buffers;
 // inv_scale == 1 (a signalling NaN's bits) is a detail, one point.
