@@ -297,11 +297,34 @@ gen_splice() {
             for (k = i + 1; k <= j; k++) print L[k]
           } else {
             close(path)
-            print "```text"
-            while ((status = (getline text < path)) > 0) print text
+            # A pitfall report shows its outcomes and explanations; its
+            # checks and verdict (from "symptom (" on) are folded into a
+            # <details> block whose summary carries the verdict.
+            fold = name ~ /^pitfall-/
+            m = 0
+            while ((status = (getline text < path)) > 0) T[++m] = text
             if (status < 0) fail("cannot read " file)
             close(path)
+            cut = m + 1
+            if (fold) for (k = 1; k <= m; k++) if (T[k] ~ /^symptom \(/) { cut = k; break }
+            print "```text"
+            last = cut - 1
+            while (last >= 1 && T[last] ~ /^[ \t]*$/) last--
+            for (k = 1; k <= last; k++) print T[k]
             print "```"
+            if (cut <= m) {
+              verdict = ""
+              for (k = cut; k <= m; k++)
+                if (T[k] ~ /^verdict: /) { verdict = T[k]; sub(/^verdict: /, "", verdict); sub(/:.*$/, "", verdict) }
+              print ""
+              print "<details><summary>The checks" (verdict != "" ? " — verdict: " verdict : "") "</summary>"
+              print ""
+              print "```text"
+              for (k = cut; k <= m; k++) print T[k]
+              print "```"
+              print ""
+              print "</details>"
+            }
             print L[j]
           }
           i = j

@@ -147,6 +147,15 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       print ""
       next
     }
+    # A folded block (a pitfall report's checks): Doxygen 1.9 closes
+    # <details> right after its <summary>, so the page shows the summary as a
+    # paragraph of its own and the block unfolded.
+    !fenced && /^<details><summary>.*<\/summary>[ \t]*$/ {
+      line = $0; sub(/^<details><summary>/, "", line); sub(/<\/summary>[ \t]*$/, "", line)
+      print "<b>" line "</b>"
+      next
+    }
+    !fenced && /^<\/details>[ \t]*$/ { print ""; next }
     /^[ \t]*```/ { fenced = !fenced; print; next }
     fenced { print; next }
     # Doxygen 1.9 shows a `code span` in a heading as a literal <tt> tag:
