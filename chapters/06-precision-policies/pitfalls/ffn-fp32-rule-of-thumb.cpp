@@ -199,8 +199,8 @@ RunResult run(bool rule, std::string setup) {
       std::to_string(d.positive) + " of " + std::to_string(d.n) + " seeds: sign test p = " + num(d.p_sign) +
       ", and with " + std::to_string(d.n) + " pairs that test reaches 5% " + sign_test_reach_text(d.n) +
       ". " + interval_verdict(d) +
-      " The pairing is what makes a difference this small visible: the seed alone moves this policy's final "
-      "loss with sd " +
+      " Unpaired, the yardstick would be the spread across seeds: the seed alone moves this policy's "
+      "final loss with sd " +
       num(sd(me.final_loss)) + ", " + num(sd(me.final_loss) / d.sd) +
       " times the sd of d. This policy's step moves " + num(me.bytes / other.bytes) +
       " times the other's bytes; by the criterion (keep the dearer policy only where its loss is shown "
