@@ -50,6 +50,10 @@ namespace ffn_fp32_rule_of_thumb {
 // reach 5% (only when all eight differences share a sign: 2/2^8).
 constexpr int kSeeds = 8;
 constexpr int kSteps = 30;
+// The final loss is read on this many validation batches of 4 × 16 tokens,
+// the same windows for both runs of a pair: a run's loss on a few pages of
+// the corpus rather than on one short passage.
+constexpr int kEvalBatches = 16;
 
 ch04::LmConfig config_for(std::uint64_t seed) {
   ch04::LmConfig c;
@@ -61,7 +65,7 @@ ch04::LmConfig config_for(std::uint64_t seed) {
   c.steps = kSteps;
   c.adam.lr = 0.01;
   c.eval_every = kSteps;
-  c.eval_batches = 2;
+  c.eval_batches = kEvalBatches;
   c.seed = seed;
   return c;
 }
@@ -223,9 +227,11 @@ Pitfall ffn_fp32_rule_of_thumb_pitfall() {
       "losses with and without the rule differ, seed by seed, by amounts whose 95% interval contains 0: keep "
       "the dearer policy only where its paired gain is shown.",
       [] {
-        return run(true, "tiny Transformer (D 16, 2 blocks, 16 tokens), " + std::to_string(kSteps) +
-                             " AdamW steps x " + std::to_string(kSeeds) +
-                             " seeds, FP32 masters and the dynamic scaler, policy f16+block*.mlp=f32");
+        return run(true,
+                   "tiny Transformer (D 16, 2 blocks, 16 tokens), " + std::to_string(kSteps) +
+                       " AdamW steps x " + std::to_string(kSeeds) + " seeds, loss on " +
+                       std::to_string(kEvalBatches) +
+                       " validation batches, FP32 masters and the dynamic scaler, policy f16+block*.mlp=f32");
       },
       [] { return run(false, "the same runs and seeds with the policy f16"); },
       {
