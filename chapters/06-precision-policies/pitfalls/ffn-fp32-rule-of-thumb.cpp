@@ -173,11 +173,11 @@ RunResult run(bool rule, std::string setup) {
   RunResult r;
   r.setup = std::move(setup);
   r.outcomes = {
-      {"seeds", kSeeds, "pairs: the same weights, batches and validation windows under both policies"},
+      {"seeds", kSeeds, "pairs: the same weights, batches and validation windows"},
       {"mean_final_loss", mean(me.final_loss), "validation loss after the last step, mean over the seeds"},
-      {"seed_sd", sd(me.final_loss), "its standard deviation over the seeds (what the seed alone moves)"},
+      {"seed_sd", sd(me.final_loss), "its sd over the seeds: what the seed alone moves"},
       {"mean_paired_difference", d.mean, "mean of d = this policy − the other, at the same seed"},
-      {"paired_sd", d.sd, "standard deviation of d over the seeds"},
+      {"paired_sd", d.sd, "sd of d over the seeds (n − 1)"},
       {"paired_ci_low", d.ci_low, "95% interval of the mean of d (Student's t): low end"},
       {"paired_ci_high", d.ci_high, "its high end"},
       {"paired_t", d.t, "t = mean/(sd/√n), n − 1 degrees of freedom"},
@@ -185,8 +185,8 @@ RunResult run(bool rule, std::string setup) {
       {"seeds_higher", static_cast<double>(d.positive),
        "seeds where this policy's final loss is the higher (d > 0)"},
       {"sign_test_p", d.p_sign, "the sign test's exact two-sided p"},
-      {"initial_gap", initial_gap, "largest |this − the other| of the untrained validation loss, over seeds"},
-      {"initial_sd", sd(me.initial_loss), "standard deviation of the untrained loss over the seeds"},
+      {"initial_gap", initial_gap, "largest |this − the other| of the untrained loss at one seed"},
+      {"initial_sd", sd(me.initial_loss), "sd of the untrained loss over the seeds"},
       {"skipped_steps", static_cast<double>(me.skipped), "steps the scaler skipped, over the seeds"},
       {"all_finite", me.finite ? 1.0 : 0.0, "1 when every seed's final loss is finite"},
       {"initial_loss", mean(me.initial_loss), "validation loss before training, mean over the seeds"},
