@@ -9,6 +9,7 @@
 // builds on are pinned at the end, against values worked out by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -83,5 +84,29 @@ TEST_CASE("chapter 6: the numbers the chapter states") {
     CHECK(b.get("ops_unlike_cuda") == 3);
     // a bf16 probability: at most half of bf16's 2^-7 relative spacing, plus the FP32 work
     CHECK(b.get("softmax_max_rel_error") < std::ldexp(1.0, -8) * 1.01);
+  }
+  SUBCASE("ffn-fp32-rule-of-thumb: one set of paired differences, seen from each side") {
+    const RunResult b = runs_of("ffn-fp32-rule-of-thumb").broken;
+    const RunResult f = runs_of("ffn-fp32-rule-of-thumb").fixed;
+    CHECK(b.get("seeds") == 8);
+    // d = this − the other at each seed: the fixed run's d is the broken run's, negated
+    CHECK(f.get("mean_paired_difference") == -b.get("mean_paired_difference"));
+    CHECK(f.get("paired_sd") == b.get("paired_sd"));
+    CHECK(f.get("paired_ci_low") == doctest::Approx(-b.get("paired_ci_high")).epsilon(1e-12));
+    // Student's t with 7 degrees of freedom: t₀.₉₇₅ = 2.3646 (tables), the
+    // interval mean ± 2.3646·sd/√8, t = mean/(sd/√8)
+    const double se = b.get("paired_sd") / std::sqrt(8.0);
+    CHECK((b.get("paired_ci_high") - b.get("paired_ci_low")) / 2 ==
+          doctest::Approx(2.3646 * se).epsilon(1e-4));
+    CHECK((b.get("paired_ci_high") + b.get("paired_ci_low")) / 2 ==
+          doctest::Approx(b.get("mean_paired_difference")).epsilon(1e-9));
+    CHECK(b.get("paired_t") == doctest::Approx(b.get("mean_paired_difference") / se).epsilon(1e-9));
+    // the sign test over 8 pairs without ties: 2·P(X <= k), X binomial(8, 1/2),
+    // k the smaller side: 2/256, 2·9/256, 2·37/256, 2·93/256, then 1
+    CHECK(b.get("seeds_higher") + f.get("seeds_higher") == 8);
+    const double p_sign[] = {2.0 / 256, 18.0 / 256, 74.0 / 256, 186.0 / 256, 1};
+    const int k = static_cast<int>(std::min(b.get("seeds_higher"), f.get("seeds_higher")));
+    CHECK(b.get("sign_test_p") == p_sign[k]);
+    CHECK(f.get("sign_test_p") == p_sign[k]);
   }
 }
