@@ -147,7 +147,7 @@ for chapter in "$source_dir"/chapters/[0-9][0-9]-*/; do
       print ""
       next
     }
-    # A folded block (a pitfall report's checks): Doxygen 1.9 closes
+    # A folded block (the checks of a pitfall report): Doxygen 1.9 closes
     # <details> right after its <summary>, so the page shows the summary as a
     # paragraph of its own and the block unfolded.
     !fenced && /^<details><summary>.*<\/summary>[ \t]*$/ {

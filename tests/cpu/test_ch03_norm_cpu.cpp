@@ -177,7 +177,8 @@ TEST_CASE("norm_math::statistics takes the documented order, and agrees with the
   const Layout l{5, 3, 71};
   std::vector<norm_math::Statistics> st(3);
   norm_math::statistics(x.data(), l, st.data());
-  for (std::size_t c = 0; c < 3; ++c) CHECK(same(st[c], documented_order(x.data() + c * 71, 71, 5, 3 * 71)));
+  for (std::size_t c = 0; c < 3; ++c)
+    CHECK(same(st[c], documented_order(x.data() + c * 71, 71, 5, 3 * std::size_t{71})));
   // The empty set: count 0, mean and M2 0 (not 0/0).
   norm_math::Statistics none;
   norm_math::statistics(x.data(), Layout{1, 1, 0}, &none);
