@@ -4,7 +4,8 @@
 // Depends on: command.hpp (registry), cli_support.hpp, CLI11, nlohmann_json,
 // the mpt library's train tier (run.hpp, checkpoint.hpp, test_hooks.hpp),
 // nn/data/data.hpp (DataFileMissing), formats/explain.hpp (shortest_decimal),
-// io/atomic_file.hpp (file_kind); POSIX (isatty, access, mkdir, mkstemp,
+// io/atomic_file.hpp (file_kind), io/directory_lock.hpp (one writer per
+// checkpoint directory); POSIX (isatty, access, mkdir, mkstemp,
 // popen) and gnuplot for --plot.
 //
 // Everything is read and checked before the first byte of output: the
@@ -13,15 +14,19 @@
 // and gnuplot, the checkpoint directory (a directory, no folder or FIFO
 // under a checkpoint's name: the atomic write's rules, which refuse
 // rather than replace them), and on --resume the checkpoint itself
-// (parsed, and checked against this run's configuration). Progress goes to stdout (a line
+// (parsed, and checked against this run's configuration), and that the
+// checkpoint directory holds no other run's checkpoint. Before the first
+// step the directory's lock is taken (a second run on it is refused, exit
+// 2, nothing written) and that check repeated under it. Progress goes to stdout (a line
 // rewritten in place on a terminal, plain lines otherwise); with --json
 // stdout is one JSON document and progress goes to stderr, on a terminal only.
 //
 // Chapter 5: with --data-parallel the same command runs on every rank of
 // `mpiexec -n N mpt train ...` (the MPI backend, mpt::dist_mpi): each rank
 // takes its B/N rows of every batch, gradients are averaged by DDP, and
-// only rank 0 prints and writes checkpoints (which every rank helps to
-// gather). A rank that fails after the start ends the whole job.
+// only rank 0 prints, takes the checkpoint directory's lock (the ranks are
+// one run; each learns rank 0's verdict) and writes checkpoints (which every
+// rank helps to gather). A rank that fails after the start ends the whole job.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +53,7 @@
 #include "mpt/dist/communicator.hpp"
 #include "mpt/formats/explain.hpp"
 #include "mpt/io/atomic_file.hpp"
+#include "mpt/io/directory_lock.hpp"
 #include "mpt/nn/data/data.hpp"
 #include "mpt/train/checkpoint.hpp"
 #include "mpt/train/run.hpp"
@@ -76,6 +82,7 @@ struct Plan {
   std::string checkpoint_dir;  // "" : no checkpoints
   std::string plot;            // "" : no plot
   std::string resume_path;     // "" : a fresh run
+  bool resume_newest = false;  // --resume: resume_path was the newest checkpoint in checkpoint_dir
   tr::Checkpoint resume;       // the parsed checkpoint, when resume_path is set
   tr::KillPoint kill;
   bool json = false;
@@ -93,6 +100,20 @@ std::string directory_of(const std::string& path) {
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The refusal of a run whose checkpoint directory holds a checkpoint of
+// another run (checkpoint.hpp: one directory, one run), or "".
+std::string other_run_refusal(const Plan& p) {
+  const std::vector<tr::StepRecord> fresh;
+  const std::string other = invalid_argument_is_usage_error([&] {
+    return tr::other_runs_checkpoint(p.checkpoint_dir, p.config,
+                                     p.resume_path.empty() ? fresh : p.resume.history);
+  });
+  if (other.empty()) return "";
+  return "--checkpoint: '" + p.checkpoint_dir + "' holds a checkpoint of another run, " + other +
+         "; a directory holds one run's checkpoints: continue that run (its options and --resume), or give "
+         "another directory";
 }
 
 bool gnuplot_on_path() {
@@ -214,6 +235,7 @@ Plan plan_of(const TrainArgs& a) {
                        "(--checkpoint " +
                        a.checkpoint + " --every K writes them)");
     p.resume_path = all.back().second;
+    p.resume_newest = true;
   } else if (!a.resume_from.empty()) {
     p.resume_path = a.resume_from;
   }
@@ -232,6 +254,16 @@ Plan plan_of(const TrainArgs& a) {
       throw UsageError("checkpoint " + path + " is at step " + std::to_string(p.resume.step) +
                        ", past --steps " + std::to_string(c.steps) + "; give --steps " +
                        std::to_string(p.resume.step) + " or more");
+  }
+  // One directory, one run: no other run holds it (read from the kernel's
+  // table of locks, writing nothing) and none left its checkpoints there;
+  // checked here, before anything runs, and again under the directory's
+  // lock (lock_checkpoint_directory).
+  if (!p.checkpoint_dir.empty() && is_directory(p.checkpoint_dir)) {
+    if (const std::string busy = mpt::DirectoryLock::holder(p.checkpoint_dir); !busy.empty())
+      throw UsageError("--checkpoint: " + busy);
+    const std::string refusal = other_run_refusal(p);
+    if (!refusal.empty()) throw UsageError(refusal);
   }
   return p;
 }
@@ -341,6 +373,35 @@ mpt::dist::Communicator* world_of(const Plan& p) {
 
 int train_run(Plan& p, mpt::dist::Communicator* world);
 
+// Create the checkpoint directory where it is missing, take its lock into
+// `lock`, and check again, now that no other run can write there, that it
+// holds no other run's checkpoint and (--resume) that its newest checkpoint
+// is the one read. Returns the refusal ("" when the run may go on).
+std::string lock_checkpoint_directory(const Plan& p, mpt::DirectoryLock& lock) {
+  const std::string& dir = p.checkpoint_dir;
+  if (!is_directory(dir) && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return "--checkpoint: cannot create '" + dir + "': " + std::strerror(errno) +
+           "; give a directory (an existing one, or a new name in an existing directory)";
+  try {
+    lock = mpt::DirectoryLock::acquire(dir);
+  } catch (const mpt::DirectoryBusy& e) {
+    return std::string("--checkpoint: ") + e.what();
+  } catch (const std::invalid_argument& e) {
+    return std::string("--checkpoint: ") + e.what();
+  }
+  try {
+    if (p.resume_newest) {
+      const auto all = tr::list_checkpoints(dir);
+      if (all.empty() || all.back().second != p.resume_path)
+        return "--checkpoint: the newest checkpoint in '" + dir +
+               "' changed while this run started (it was " + p.resume_path + "); run the command again";
+    }
+    return other_run_refusal(p);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+}
+
 int cmd_train(const TrainArgs& a) {
   Plan p = plan_of(a);  // every input checked; nothing written yet
   mpt::dist::Communicator* world = world_of(p);
@@ -401,10 +462,20 @@ int train_run(Plan& p, mpt::dist::Communicator* world) {
       throw UsageError("checkpoint " + p.resume_path + ": " + e.what());
     }
   }
-  if (lead && !p.checkpoint_dir.empty() && !is_directory(p.checkpoint_dir) &&
-      ::mkdir(p.checkpoint_dir.c_str(), 0755) != 0)
-    throw UsageError("--checkpoint: cannot create '" + p.checkpoint_dir + "': " + std::strerror(errno) +
-                     "; give a directory (an existing one, or a new name in an existing directory)");
+  // The checkpoint directory's one writer: the lead takes its lock before
+  // the first step and holds it to the end (released by the kernel however
+  // the process ends); every rank learns the verdict.
+  mpt::DirectoryLock lock;
+  if (!p.checkpoint_dir.empty()) {
+    std::string refusal = lead ? lock_checkpoint_directory(p, lock) : "";
+    if (world != nullptr) {
+      std::uint64_t size = refusal.size();
+      world->broadcast(&size, sizeof size, 0);
+      refusal.resize(size);
+      if (size > 0) world->broadcast(refusal.data(), size, 0);
+    }
+    if (!refusal.empty()) throw UsageError(refusal);
+  }
 
   const std::int64_t steps = p.config.steps;
   const bool tty = ::isatty(p.json ? 2 : 1) == 1;
@@ -540,7 +611,9 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       ->type_name("S");
   t->add_option("--checkpoint", a->checkpoint,
                 "write checkpoints into this directory (created if its parent exists): after every K steps "
-                "and after the last; the newest two are kept")
+                "and after the last; the newest two of this run's are kept. One run per directory: it is "
+                "locked while the run writes it (a second run is refused), and a directory holding another "
+                "run's checkpoints is refused")
       ->type_name("DIR");
   t->add_option("--every", a->every, "with --checkpoint: a checkpoint every K steps, K >= 1")->type_name("K");
   t->add_flag(

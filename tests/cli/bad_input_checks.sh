@@ -2,7 +2,8 @@
 # All chapters — the bad-input table (bad_inputs.tsv) run against the `mpt`
 # program: every row is an input `mpt` must refuse, and refuse cleanly.
 # Depends on: bash, coreutils (find, sort, md5sum, wc, head, tail, tr, seq,
-# yes, dd, mktemp, mkfifo), xargs, diff, grep, gzip (the digits fixtures). It does
+# yes, dd, mktemp, mkfifo), xargs, diff, grep, gzip (the digits fixtures),
+# flock and pkill (the locked checkpoint directory). It does
 # not source cli_lib.sh: that harness stops at the first failed assertion,
 # and this runner checks every row and reports each.
 #
@@ -24,7 +25,9 @@
 #             ckpt-truncated, ckpt-bitflip, ckpt-version (that checkpoint
 #             cut in half, with one bit flipped, with format version 2),
 #             ckpt-garbage (ck/x.mpt is text), ckpt-entry-dir and
-#             ckpt-entry-fifo (ck/ckpt-000000004.mpt is a folder, a FIFO);
+#             ckpt-entry-fifo (ck/ckpt-000000004.mpt is a folder, a FIFO),
+#             ckpt-locked (ck/ is empty and its lock file ck/.mpt-lock is
+#             held by another process, util-linux's flock, until the row ends);
 #             for the options that write a file: fifo (the FIFO pipe beside
 #             the common files), reports-fifo (sub/fp16-overflow.txt, the
 #             name of a Chapter 1 report, is a FIFO)
@@ -112,6 +115,21 @@ make_fixture() {
   ckpt-entry-dir) mkdir -p "$dir/ck/ckpt-000000004.mpt" ;;
   ckpt-entry-fifo) mkdir -p "$dir/ck" && mkfifo "$dir/ck/ckpt-000000004.mpt" ;;
   ckpt-empty) mkdir -p "$dir/ck" ;;
+  ckpt-locked)
+    mkdir -p "$dir/ck"
+    rm -f "$WORK/holder.ready"
+    # flock runs the command once it holds the lock (-o: the command does
+    # not inherit it), so the ready file says the lock is held.
+    flock -o "$dir/ck/.mpt-lock" sh -c ': >"$1"; exec sleep 120' sh "$WORK/holder.ready" \
+      </dev/null >/dev/null 2>&1 &
+    echo $! >"$WORK/holder.pid"
+    local tries=0
+    until [ -e "$WORK/holder.ready" ]; do
+      tries=$((tries + 1))
+      [ "$tries" -lt 1000 ] || { echo "fixture $name: flock never took the lock" >&2; return 1; }
+      sleep 0.01
+    done
+    ;;
   ckpt-garbage) mkdir -p "$dir/ck" && printf 'not a checkpoint\n' >"$dir/ck/x.mpt" ;;
   ckpt | ckpt-truncated | ckpt-bitflip | ckpt-version)
     "$MPT" train --model mlp --data synthetic --policy f16 --scaler dynamic --steps 2 --checkpoint "$dir/ck" \
@@ -217,6 +235,13 @@ while IFS= read -r line || [ -n "$line" ]; do
   (cd "$scratch" && env "${envs[@]}" "$MPT" "${argv[@]}" <"$row/stdin" >"$row/out" 2>"$row/err")
   rc=$?
   after=$(snapshot "$scratch")
+  if [ -f "$WORK/holder.pid" ]; then # a fixture's lock holder ends with its row
+    holder=$(cat "$WORK/holder.pid")
+    pkill -P "$holder" 2>/dev/null
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+    rm -f "$WORK/holder.pid"
+  fi
 
   why=""
   lines=$(wc -l <"$row/err")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Chapters 04 onwards — `mpt train`, checked as a user sees it: every model
-# runs, the JSON, equal runs, the progress lines, the plot, bad input and
-# the refusals of --resume.
+# runs, the JSON, equal runs, the progress lines, the plot, bad input, the
+# refusals of --resume, and one run per checkpoint directory (its lock).
 # Depends on: cli_lib.sh (the shared harness), bash, grep, cmp; python3 for
 # the JSON and XML checks and gnuplot for the plot (those cases exit 77,
 # Skipped, without them).
@@ -124,6 +124,83 @@ resume_refusals)
     "$WORK/full.json" "$OUT" || fail "--resume-from an older checkpoint did not give the same run"
   run train --model mlp --policy f16 --scaler dynamic --steps 2 --resume-from "$WORK/ck/ckpt-000000003.mpt"
   expect_usage_error "is at step 3, past --steps 2"
+  ;;
+
+one_writer_per_directory)
+  # Issue 22: two runs started on one --checkpoint DIR. The first (seed 1)
+  # trains; the second (seed 2) is refused before it trains: one line
+  # naming the directory and the first's PID, exit 2, nothing written. The
+  # first's checkpoints are intact and resume to its bits. A first run that
+  # ended before the second looked tested nothing: tried again, longer.
+  need_python
+  A=(train --model mlp --policy f16 --scaler dynamic --checkpoint "$WORK/ck" --every 50 --json)
+  B=(train --model mlp --policy f16 --scaler dynamic --seed 2 --steps 100 --checkpoint "$WORK/ck" --every 50)
+  steps=2000
+  for attempt in 1 2 3 4; do
+    rm -rf "$WORK/ck"
+    "$MPT" "${A[@]}" --steps $steps </dev/null >"$WORK/a.json" 2>"$WORK/a.err" &
+    pid=$!
+    # Until the first holds the lock (its line in the lock file).
+    for _ in $(seq 1 3000); do
+      grep -q "^pid $pid " "$WORK/ck/.mpt-lock" 2>/dev/null && break
+      sleep 0.01
+    done
+    run "${B[@]}"
+    alive=0
+    kill -0 "$pid" 2>/dev/null && alive=1
+    wait "$pid"
+    RC_A=$?
+    [ "$alive" -eq 1 ] && break
+    echo "attempt $attempt: the first run ended before the second was refused; again with more steps"
+    steps=$((steps * 4))
+  done
+  [ "$alive" -eq 1 ] || fail "the first run always ended before the second started"
+  expect_usage_error "--checkpoint: '$WORK/ck' is in use by another run, pid $pid on " \
+    "(it holds the lock $WORK/ck/.mpt-lock); wait until it ends, or give another directory"
+  [ "$RC_A" -eq 0 ] || fail "the first run exited $RC_A: $(cat "$WORK/a.err")"
+  # Only the first run's files: its newest two, and its lock file.
+  last=$(printf 'ckpt-%09d.mpt' $steps)
+  prev=$(printf 'ckpt-%09d.mpt' $((steps - 50)))
+  [ "$(ls -A "$WORK/ck" | tr '\n' ' ')" = ".mpt-lock $prev $last " ] ||
+    fail "the directory holds $(ls -A "$WORK/ck" | tr '\n' ' '), expected .mpt-lock $prev $last"
+  grep -q "^pid $pid " "$WORK/ck/.mpt-lock" || fail "the refused run rewrote the lock file: $(cat "$WORK/ck/.mpt-lock")"
+  # Resumed from the older one, the first run ends at the same bits.
+  run "${A[@]}" --steps $steps --resume-from "$WORK/ck/$prev"
+  expect_rc 0
+  python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a["masters_checksum"]==b["masters_checksum"] and a["steps"]==b["steps"], "differs"' \
+    "$WORK/a.json" "$OUT" || fail "resumed from $prev, the first run does not end at its bits"
+  # A run of another configuration afterwards is refused too (the directory
+  # holds the first run's checkpoints), and changes nothing.
+  before=$(cd "$WORK/ck" && md5sum .mpt-lock ckpt-*)
+  run "${B[@]}"
+  expect_usage_error "--checkpoint: '$WORK/ck' holds a checkpoint of another run, $WORK/ck/$prev (seed 7, where this run has seed 2)" \
+    "continue that run (its options and --resume), or give another directory"
+  [ "$(cd "$WORK/ck" && md5sum .mpt-lock ckpt-*)" = "$before" ] || fail "the refused run changed the directory"
+  ;;
+
+killed_writer_frees_directory)
+  # A writer killed with SIGKILL holds nothing: the kernel drops its lock.
+  # Its line stays in the lock file; the next run takes the directory at once.
+  RUN=(train --model mlp --policy f16 --scaler dynamic --steps 100000 --checkpoint "$WORK/ck" --every 5)
+  "$MPT" "${RUN[@]}" </dev/null >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 3000); do
+    ls "$WORK/ck" 2>/dev/null | grep -qE '^ckpt-[0-9]{9}\.mpt$' && break
+    sleep 0.01
+  done
+  run "${RUN[@]}" --resume
+  expect_usage_error "is in use by another run, pid $pid on "
+  kill -9 "$pid"
+  wait "$pid"
+  [ $? -eq 137 ] || fail "the writer was not killed by SIGKILL"
+  grep -q "^pid $pid " "$WORK/ck/.mpt-lock" || fail "the lock file does not hold the killed writer's line"
+  newest=$(ls "$WORK/ck" | grep -E '^ckpt-[0-9]{9}\.mpt$' | tail -n 1)
+  at=$((10#${newest:5:9}))
+  run train --model mlp --policy f16 --scaler dynamic --steps $((at + 5)) --checkpoint "$WORK/ck" --every 5 --resume
+  expect_rc 0
+  expect_out "resumed from $WORK/ck/$newest at step $at"
+  grep -q "^pid $pid " "$WORK/ck/.mpt-lock" && fail "the next run did not write its line into the lock file"
+  [ -f "$WORK/ck/$(printf 'ckpt-%09d.mpt' $((at + 5)))" ] || fail "the next run wrote no checkpoint"
   ;;
 
 help_documents_choices)

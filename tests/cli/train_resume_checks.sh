@@ -39,13 +39,16 @@ run() {
   RC=$?
 }
 
-# Only complete checkpoints (magic, length, FNV-1a 64 checksum) and at most one temporary.
+# Only complete checkpoints (magic, length, FNV-1a 64 checksum), at most one
+# temporary, and the lock file.
 check_dir() {
   python3 - "$1" <<'PY' || fail "after the kill, $1 holds something other than complete checkpoints and one temporary: $(ls "$1")"
 import os, re, struct, sys
 d = sys.argv[1]
 temps = 0
 for name in os.listdir(d):
+    if name == ".mpt-lock":  # the directory's lock file (one writer per directory)
+        continue
     if re.fullmatch(r"ckpt-\d{9}\.mpt\.tmp", name):
         temps += 1
         continue

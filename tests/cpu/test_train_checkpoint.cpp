@@ -1,7 +1,8 @@
 // Chapters 04 onwards — the checkpoint format and the state it is made of:
 // Rng, SGD and AdamW state, Batches, the atomic save (the write itself:
-// test_ch01_atomic_file.cpp); every corruption of a
-// checkpoint's bytes refused with one line.
+// test_ch01_atomic_file.cpp), one run per directory (the newest-two rule
+// deletes only the writing run's files; the lock: test_ch04_directory_lock.cpp);
+// every corruption of a checkpoint's bytes refused with one line.
 // Depends on: mpt/train/checkpoint.hpp, mpt/io/atomic_file.hpp,
 // mpt/core/random.hpp, mpt/nn/data/data.hpp, mpt/optim/sgd.hpp, mpt/optim/adamw.hpp.
 #include <doctest/doctest.h>
@@ -318,7 +319,7 @@ TEST_CASE("a folder or FIFO named like a checkpoint: refused before a run, never
   const std::string dir = temp_dir();
   Checkpoint c = sample();
   c.step = 1;
-  c.history.resize(1);
+  c.history = {{1, 1.0f, 2.0f, false}};  // the history the saves below continue
   save_checkpoint(dir, c);
   CHECK_NOTHROW(check_checkpoint_directory(dir));
   const std::string folder = dir + "/ckpt-000000000.mpt", fifo = dir + "/ckpt-000000004.mpt",
@@ -360,5 +361,93 @@ TEST_CASE("a folder or FIFO named like a checkpoint: refused before a run, never
     CHECK(exists(dir + f));
     std::remove((dir + f).c_str());
   }
+  ::rmdir(dir.c_str());
+}
+
+namespace {
+
+// Run `seed`'s checkpoint at `step`: sample()'s configuration with that
+// seed, and a history whose losses depend on the seed (and, from step
+// `diverge` on, differ once more: another history of the same configuration).
+Checkpoint of_run_at(std::uint64_t seed, std::int64_t step, std::int64_t diverge = 0) {
+  Checkpoint c = sample();
+  c.config.seed = seed;
+  c.step = step;
+  c.history.clear();
+  for (std::int64_t i = 1; i <= step; ++i) {
+    const float loss = static_cast<float>(seed) + 0.25f * static_cast<float>(i) +
+                       (diverge != 0 && i >= diverge ? 0.125f : 0.0f);
+    c.history.push_back({i, loss, 1024.0f, false});
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("one directory, one run: the newest-two rule deletes only the writing run's checkpoints") {
+  const std::string dir = temp_dir();
+  const auto steps_in = [&dir] {
+    std::vector<std::int64_t> s;
+    for (const auto& [step, path] : list_checkpoints(dir)) s.push_back(step);
+    return s;
+  };
+  for (const std::int64_t s : {1, 2, 3}) save_checkpoint(dir, of_run_at(1, s));
+  CHECK(steps_in() == std::vector<std::int64_t>{2, 3});
+  // A file named like a checkpoint that does not parse: nobody's, never removed.
+  std::ofstream(dir + "/ckpt-000000000.mpt") << "not a checkpoint";
+  // Another seed (another configuration) writes on: run 1's files stay.
+  for (const std::int64_t s : {4, 5, 6}) save_checkpoint(dir, of_run_at(2, s));
+  CHECK(steps_in() == std::vector<std::int64_t>{0, 2, 3, 5, 6});
+  // The same configuration with another history (it differs from step 2
+  // on) is another run too.
+  const std::string other = dir + "/other";
+  REQUIRE(::mkdir(other.c_str(), 0755) == 0);
+  for (const std::int64_t s : {1, 2}) save_checkpoint(other, of_run_at(1, s));
+  for (const std::int64_t s : {3, 4, 5}) save_checkpoint(other, of_run_at(1, s, 2));
+  std::vector<std::int64_t> in_other;
+  for (const auto& [step, path] : list_checkpoints(other)) in_other.push_back(step);
+  // Step 1 is where both histories agree: the diverging run's as much as
+  // the first's, so its newest-two rule took it; step 2 is the first run's.
+  CHECK(in_other == std::vector<std::int64_t>{2, 4, 5});
+  // A resumed run continues its history: its older files are its own.
+  save_checkpoint(dir, of_run_at(1, 7));
+  CHECK(steps_in() == std::vector<std::int64_t>{0, 3, 5, 6, 7});
+  for (const auto& [step, path] : list_checkpoints(other)) std::remove(path.c_str());
+  ::rmdir(other.c_str());
+  for (const auto& [step, path] : list_checkpoints(dir)) std::remove(path.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("other_runs_checkpoint names the first checkpoint of another run and what differs") {
+  const std::string dir = temp_dir();
+  const Checkpoint mine = of_run_at(1, 4);
+  CHECK(other_runs_checkpoint(dir, mine.config, {}).empty());
+  save_checkpoint(dir, of_run_at(1, 2));
+  // A fresh run (no history yet) and a run resumed further on: both this run.
+  CHECK(other_runs_checkpoint(dir, mine.config, {}).empty());
+  CHECK(other_runs_checkpoint(dir, mine.config, mine.history).empty());
+  CHECK(other_runs_checkpoint(dir, mine.config, of_run_at(1, 1).history).empty());
+  // Another seed, another lr: named with the field.
+  CHECK(other_runs_checkpoint(dir, of_run_at(2, 4).config, {}) ==
+        dir + "/ckpt-000000002.mpt (seed 1, where this run has seed 2)");
+  Checkpoint faster = of_run_at(1, 4);
+  faster.config.lr = 0.5;
+  CHECK(other_runs_checkpoint(dir, faster.config, {}) ==
+        dir + "/ckpt-000000002.mpt (lr 0.0375, where this run has lr 0.5)");
+  // steps and every are not part of what makes a run.
+  Checkpoint longer = of_run_at(1, 4);
+  longer.config.steps = 400;
+  longer.config.every = 1;
+  CHECK(other_runs_checkpoint(dir, longer.config, {}).empty());
+  CHECK(same_run_configuration(longer.config, mine.config));
+  // The same configuration with a history that differs at step 2.
+  CHECK(
+      other_runs_checkpoint(dir, mine.config, of_run_at(1, 3, 2).history) ==
+      dir +
+          "/ckpt-000000002.mpt (the same configuration, but its history differs from this run's at step 2)");
+  CHECK_FALSE(is_of_run(of_run_at(1, 2), mine.config, of_run_at(1, 3, 2).history));
+  CHECK(is_of_run(of_run_at(1, 2), mine.config, mine.history));
+  CHECK_THROWS_AS((void)other_runs_checkpoint(dir + "/missing", mine.config, {}), std::invalid_argument);
+  for (const auto& [step, path] : list_checkpoints(dir)) std::remove(path.c_str());
   ::rmdir(dir.c_str());
 }

@@ -2,9 +2,11 @@
 # Chapter 05 — `mpt train --data-parallel` under mpiexec, checked as a user
 # sees it: N ranks against one process, the sharded optimizer against plain
 # DDP, output on rank 0 only, a rank killed mid-run or mid-checkpoint and
-# the run resumed, a checkpoint resumed on another world size, and a world
-# size that does not divide the batch; --sync-bn reported in the JSON.
-# Depends on: ../cli/cli_lib.sh (the shared harness), bash, grep; python3
+# the run resumed, a checkpoint resumed on another world size, a world
+# size that does not divide the batch, one lock for the ranks of one run;
+# --sync-bn reported in the JSON.
+# Depends on: ../cli/cli_lib.sh (the shared harness), bash, grep, flock and
+# pkill (a directory held by another process); python3
 # for the JSON checks (those cases exit 77, Skipped, without it).
 #
 # Usage: train_dp_checks.sh PATH/TO/mpt CASE MPIEXEC [FLAGS...]. Exit 0
@@ -169,6 +171,44 @@ batch_does_not_split)
   [ "$RC" -ne 0 ] || fail "3 ranks cannot split a batch of 64, but the job exited 0"
   [ ! -s "$OUT" ] || fail "stdout is not empty"
   expect_err "mpt: a batch of 64 rows does not split evenly over 3 ranks; use a world size that divides it"
+  ;;
+
+one_writer)
+  # The ranks are one run: rank 0 alone takes the checkpoint directory's
+  # lock (were every rank to take it, rank 1 would find it held by rank 0).
+  mpirun 2 "${TRAIN[@]}" --steps 4 --data-parallel --checkpoint "$WORK/ck" --every 2
+  expect_rc 0
+  [ "$(ls -A "$WORK/ck" | tr '\n' ' ')" = ".mpt-lock ckpt-000000002.mpt ckpt-000000004.mpt " ] ||
+    fail "the directory holds $(ls -A "$WORK/ck" | tr '\n' ' ')"
+  # Another run holds the directory: every rank refuses before training (the
+  # check before the start), no hang, nothing written.
+  # (flock runs the command once it holds the lock; -o: not inherited)
+  flock -o "$WORK/ck/.mpt-lock" sh -c ': >"$1"; exec sleep 60' sh "$WORK/held" </dev/null >/dev/null 2>&1 &
+  holder=$!
+  for _ in $(seq 1 1000); do [ -e "$WORK/held" ] && break; sleep 0.01; done
+  before=$(cd "$WORK/ck" && md5sum .mpt-lock ckpt-*)
+  mpirun 2 "${TRAIN[@]}" --steps 6 --data-parallel --checkpoint "$WORK/ck" --every 2 --resume
+  [ "$RC" -ne 0 ] || fail "a held directory, but the job exited 0"
+  [ ! -s "$OUT" ] || fail "stdout is not empty"
+  expect_err "--checkpoint: '$WORK/ck' is in use by another run, pid $holder: flock"
+  pkill -P "$holder" 2>/dev/null
+  kill "$holder" 2>/dev/null
+  wait "$holder" 2>/dev/null
+  [ "$(cd "$WORK/ck" && md5sum .mpt-lock ckpt-*)" = "$before" ] || fail "the refused job changed the directory"
+  # The lock itself refuses (its file is a FIFO, which the check before the
+  # start passes): rank 0's verdict reaches rank 1, and both end with it.
+  mv "$WORK/ck/.mpt-lock" "$WORK/lock.saved"
+  mkfifo "$WORK/ck/.mpt-lock"
+  mpirun 2 "${TRAIN[@]}" --steps 6 --data-parallel --checkpoint "$WORK/ck" --every 2 --resume
+  [ "$RC" -ne 0 ] || fail "a FIFO for a lock file, but the job exited 0"
+  [ ! -s "$OUT" ] || fail "stdout is not empty"
+  [ "$(grep -c "is not a regular file; move it away" "$ERR")" -eq 2 ] ||
+    fail "not both ranks ended with rank 0's verdict"
+  rm "$WORK/ck/.mpt-lock"
+  mv "$WORK/lock.saved" "$WORK/ck/.mpt-lock"
+  mpirun 2 "${TRAIN[@]}" --steps 6 --data-parallel --checkpoint "$WORK/ck" --every 2 --resume
+  expect_rc 0
+  expect_out "resumed from $WORK/ck/ckpt-000000004.mpt at step 4"
   ;;
 
 *)

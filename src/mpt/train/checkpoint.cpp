@@ -1,7 +1,10 @@
 // Chapters 04 onwards — the checkpoint file: writing, parsing, finding.
-// Depends on: checkpoint.hpp (io/atomic_file.hpp: the atomic write, file_kind); POSIX dirent.h
+// Depends on: checkpoint.hpp (io/atomic_file.hpp: the atomic write, file_kind),
+// formats/explain.hpp (shortest_decimal, for an lr in a message); POSIX dirent.h
 // (listing a directory).
 #include "mpt/train/checkpoint.hpp"
+
+#include "mpt/formats/explain.hpp"
 
 #include <dirent.h>
 
@@ -11,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 namespace mpt::train {
@@ -356,6 +360,78 @@ void check_checkpoint_directory(const std::string& dir) {
   }
 }
 
+bool same_run_configuration(const RunConfig& a, const RunConfig& b) {
+  return a.model == b.model && a.data == b.data && a.policy == b.policy && a.scaler == b.scaler &&
+         a.optimizer == b.optimizer && a.lr == b.lr && a.seed == b.seed;
+}
+
+namespace {
+
+bool same_record(const StepRecord& a, const StepRecord& b) {
+  std::uint32_t la = 0, lb = 0, sa = 0, sb = 0;
+  std::memcpy(&la, &a.loss, 4);
+  std::memcpy(&lb, &b.loss, 4);
+  std::memcpy(&sa, &a.scale, 4);
+  std::memcpy(&sb, &b.scale, 4);
+  return a.step == b.step && la == lb && sa == sb && a.skipped == b.skipped;
+}
+
+// The first step at which two histories disagree where both have a record,
+// or 0 when one is a prefix of the other.
+std::int64_t first_disagreement(const std::vector<StepRecord>& a, const std::vector<StepRecord>& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (!same_record(a[i], b[i])) return static_cast<std::int64_t>(i) + 1;
+  return 0;
+}
+
+// "seed 1, where this run has seed 2": the first field of the run
+// configuration in which `theirs` differs from `ours`, or "".
+std::string configuration_difference(const RunConfig& theirs, const RunConfig& ours) {
+  const auto differ = [](const char* field, const std::string& there, const std::string& here) {
+    return std::string(field) + " " + there + ", where this run has " + field + " " + here;
+  };
+  if (theirs.model != ours.model) return differ("model", theirs.model, ours.model);
+  if (theirs.data != ours.data) return differ("data", theirs.data, ours.data);
+  if (theirs.policy != ours.policy) return differ("policy", theirs.policy, ours.policy);
+  if (theirs.scaler != ours.scaler) return differ("scaler", theirs.scaler, ours.scaler);
+  if (theirs.optimizer != ours.optimizer) return differ("optimizer", theirs.optimizer, ours.optimizer);
+  if (theirs.lr != ours.lr) return differ("lr", shortest_decimal(theirs.lr), shortest_decimal(ours.lr));
+  if (theirs.seed != ours.seed)
+    return differ("seed", std::to_string(theirs.seed.value_or(0)), std::to_string(ours.seed.value_or(0)));
+  return "";
+}
+
+// The checkpoint at `path`, or nothing when it does not parse.
+std::optional<Checkpoint> complete_checkpoint(const std::string& path) {
+  try {
+    return read_checkpoint_file(path);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+bool is_of_run(const Checkpoint& c, const RunConfig& config, const std::vector<StepRecord>& history) {
+  return same_run_configuration(c.config, config) && first_disagreement(c.history, history) == 0;
+}
+
+std::string other_runs_checkpoint(const std::string& dir, const RunConfig& config,
+                                  const std::vector<StepRecord>& history) {
+  for (const auto& [step, path] : list_checkpoints(dir)) {
+    const std::optional<Checkpoint> c = complete_checkpoint(path);
+    if (!c) continue;
+    const std::string what = configuration_difference(c->config, config);
+    if (!what.empty()) return path + " (" + what + ")";
+    const std::int64_t k = first_disagreement(c->history, history);
+    if (k != 0)
+      return path + " (the same configuration, but its history differs from this run's at step " +
+             std::to_string(k) + ")";
+  }
+  return "";
+}
+
 std::string save_checkpoint(const std::string& dir, const Checkpoint& c,
                             const std::function<void(AtomicWriteStage)>& observe) {
   std::string path = dir + "/" + checkpoint_file_name(c.step);
@@ -366,7 +442,16 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c,
   } catch (const std::invalid_argument& e) {
     throw FileWriteError(e.what());
   }
-  for (std::size_t i = 0; i + 2 < all.size(); ++i) std::remove(all[i].second.c_str());
+  // This run's files, newest first; the one just written counts.
+  std::size_t kept = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const bool mine = it->second == path || [&] {
+      const std::optional<Checkpoint> other = complete_checkpoint(it->second);
+      return other && is_of_run(*other, c.config, c.history);
+    }();
+    if (!mine) continue;
+    if (++kept > 2) std::remove(it->second.c_str());
+  }
   return path;
 }
 

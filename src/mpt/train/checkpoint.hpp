@@ -35,7 +35,18 @@
 //
 // Files are DIR/ckpt-NNNNNNNNN.mpt (the step, 9 digits), written with
 // write_file_atomically() (the temporary DIR/ckpt-NNNNNNNNN.mpt.tmp, which
-// nothing here reads); after each save only the newest two are kept.
+// nothing here reads); after each save only the newest two of the writing
+// run's are kept.
+//
+// One directory, one run. A checkpoint is *of a run* when it has the run's
+// configuration (the fields a resume must match: same_run_configuration())
+// and its history and the run's agree step for step as far as both go (one
+// is a prefix of the other, bit for bit): a run resumed from it continues
+// it. The newest-two rule deletes only the writing run's files; another
+// run's are never touched. Two runs writing one directory at once are kept
+// apart by a lock (io/directory_lock.hpp), which `mpt train` takes before
+// it trains; a run that would overwrite another run's checkpoint is refused
+// before it starts (other_runs_checkpoint()).
 #pragma once
 
 #include <cstdint>
@@ -137,9 +148,30 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
 /// directory that cannot be read.
 void check_checkpoint_directory(const std::string& dir);
 
+/// Whether `a` and `b` make the same run: equal in every field a resume
+/// must match (check_resumable()'s: model, data, policy, scaler, optimizer,
+/// lr, seed); steps and every may differ.
+bool same_run_configuration(const RunConfig& a, const RunConfig& b);
+
+/// Whether checkpoint `c` is of the run with configuration `config` and
+/// history `history` so far: the same run configuration, and one history a
+/// prefix of the other (step, loss and scale bits, skipped).
+bool is_of_run(const Checkpoint& c, const RunConfig& config, const std::vector<StepRecord>& history);
+
+/// The first complete checkpoint in `dir` (oldest first) that is not of the
+/// run (`config`, `history`), described in one phrase: "PATH (seed 1, where
+/// this run has seed 2)" or "PATH (its history differs from this run's at
+/// step K)"; "" when there is none. A file named like a checkpoint that does
+/// not parse is nobody's complete checkpoint and is skipped. A directory
+/// that cannot be read: std::invalid_argument naming it.
+std::string other_runs_checkpoint(const std::string& dir, const RunConfig& config,
+                                  const std::vector<StepRecord>& history);
+
 /// Write `c` to dir/checkpoint_file_name(c.step) atomically (the previous
-/// checkpoints stay until it is complete), then delete all but the newest
-/// two. `observe` sees the atomic write's stages. Returns the path.
+/// checkpoints stay until it is complete), then delete the checkpoints of
+/// c's run (is_of_run(file, c.config, c.history)) but the newest two; files
+/// of other runs, and files that do not parse, are kept. `observe` sees the
+/// atomic write's stages. Returns the path.
 /// \throws FileWriteError when the write fails (nothing old is lost).
 std::string save_checkpoint(const std::string& dir, const Checkpoint& c,
                             const std::function<void(AtomicWriteStage)>& observe = {});
