@@ -63,17 +63,26 @@ generate_all() {
 
 # The benchmark record; --check reruns it with minimal effort (one repetition,
 # the minimal time, the same sizes) and compares what bench_deterministic keeps.
+# The PyTorch columns come with MPT_TORCH_PYTHON=/path/to/python (a Python
+# that imports torch); the quick rerun times PyTorch minimally too, if at all.
 run_benchmarks() {
   gen_bench bench-norms.txt tests/bench/bench_ch03_norms '^norms forward' --benchmark_min_time=0.5 \
-    -- --benchmark_min_time=0.001 --repetitions=1
+    -- --benchmark_min_time=0.001 --repetitions=1 --torch-min-time=0.001
 }
 
 # What of the record does not depend on timing: the header lines, and per row
-# the layer, its shape, dtype and the target column.
+# the layer, its shape, dtype and the target column. In the table beside
+# PyTorch (the last): its header and per row the layer and its shape, not
+# the status line (torch's version, or why there is no torch: a record made
+# with torch compares equal to a quick rerun without it).
 bench_deterministic() {
   case "$1" in
     bench-norms.txt)
       awk '
+        /^norms forward beside PyTorch/ { torch = 1 }
+        torch && (/^torch / || /^PyTorch not importable/ || NF == 0) { next }
+        torch && ($1 == "BatchNorm" || $1 == "LayerNorm") { print $1, $2; next }
+        torch { print; next }
         /^norms forward/ || /^bytes:/ || /^running/ || /^norm / { print; next }
         /^last-level/ { next }
         ($1 == "BatchNorm" || $1 == "LayerNorm") && NF == 11 { print $1, $2, $3, $4, $9; next }

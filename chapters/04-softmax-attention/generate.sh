@@ -86,19 +86,29 @@ generate_all() {
 
 # The benchmark record; --check reruns it with minimal effort (one repetition,
 # the minimal time, the same sizes) and compares what bench_deterministic keeps.
+# The PyTorch columns of the softmax cross-entropy come with
+# MPT_TORCH_PYTHON=/path/to/python (a Python that imports torch); the quick
+# rerun times PyTorch minimally too, if at all.
 run_benchmarks() {
   gen_bench bench-softmax-ce.txt tests/bench/bench_ch04_softmax_ce '^softmax cross-entropy' \
-    --benchmark_min_time=0.5 -- --benchmark_min_time=0.001 --repetitions=1
+    --benchmark_min_time=0.5 -- --benchmark_min_time=0.001 --repetitions=1 --torch-min-time=0.001
   gen_bench bench-lm-step.txt tests/bench/bench_ch04_lm_step '^tiny Transformer' --benchmark_min_time=0.5 \
     -- --benchmark_min_time=0.001 --repetitions=1
 }
 
 # What of the record does not depend on timing: the header lines, and per row
-# the shape, its bytes and the target column.
+# the shape, its bytes and the target column. In the table beside PyTorch
+# (the last): its header and per row the shape and PyTorch's run, not the
+# status line (torch's version, or why there is no torch: a record made with
+# torch compares equal to a quick rerun without it).
 bench_deterministic() {
   case "$1" in
     bench-softmax-ce.txt)
       awk '
+        /^softmax cross-entropy beside PyTorch/ { torch = 1 }
+        torch && (/^torch / || /^PyTorch not importable/ || NF == 0) { next }
+        torch && /^[0-9]+x[0-9]+ / { print $1, $2; next }
+        torch { print; next }
         /^softmax cross-entropy/ || /^time:/ || /^gradient written/ || /^shape / { print; next }
         /^last-level/ { next }
         /^[0-9]+x[0-9]+ / && NF == 10 { print $1, $2, $3, $8; next }

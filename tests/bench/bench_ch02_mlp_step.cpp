@@ -4,9 +4,9 @@
 // PyTorch's and beside the core's peak, measured in the same run too.
 // Depends on: mpt/nn/models/mlp.hpp, losses.hpp, gemm.hpp, mpt/optim/sgd.hpp,
 // mpt/amp/grad_scaler.hpp, mpt/core/random.hpp (Rng), bench_support.hpp,
-// Google Benchmark; bench_ch02_mlp_step_torch.py and a Python with torch for
-// the PyTorch columns (optional; POSIX popen), AVX2/FMA intrinsics for the
-// peak (x86).
+// Google Benchmark; bench_torch.hpp, bench_ch02_mlp_step_torch.py and a
+// Python with torch for the PyTorch columns (optional), AVX2/FMA intrinsics
+// for the peak (x86).
 //
 // One step is forward, softmax cross-entropy, backward, optimizer step,
 // refresh of the model copies and zero_grad — with a GradScaler (scale,
@@ -50,10 +50,8 @@
 #include <string>
 #include <vector>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "bench_support.hpp"
+#include "bench_torch.hpp"
 #include "mpt/amp/grad_scaler.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/formats/rounding.hpp"
@@ -69,17 +67,12 @@
 #define BENCH_PEAK_FMA 0
 #endif
 
-#ifndef MPT_BENCH_SOURCE_DIR
-#define MPT_BENCH_SOURCE_DIR "tests/bench"
-#endif
-
 namespace {
 
 int g_batch = 128;
 int g_repetitions = 5;
 std::vector<int> g_sizes = {256, 512, 512, 10};
-std::string g_python;  // empty: no PyTorch comparison
-double g_torch_min_time = 0.5;
+bench::TorchOptions g_torch;  // --python=, --torch-min-time=
 
 /// One model, its optimizer, its scaler and a fixed batch.
 struct Trainer {
@@ -219,54 +212,14 @@ void BM_peak(benchmark::State& st) {
 }
 #endif
 
-/// What bench_ch02_mlp_step_torch.py printed: its first line and the times.
-struct TorchResult {
-  std::string status;  ///< "torch VERSION CAPABILITY", or why there is nothing
-  double step_ms = 0;
-  std::map<std::string, double> gemm_ms;  ///< by GemmShape::name()
-};
-
-TorchResult run_torch() {
-  TorchResult r;
-  if (g_python.empty()) {
-    r.status = "PyTorch not importable: no Python named (--python=PATH or MPT_TORCH_PYTHON=PATH)";
-    return r;
-  }
+/// bench_ch02_mlp_step_torch.py's times of the same FP32 step and GEMMs:
+/// "step_ms" and "gemm_ms <GemmShape::name()>".
+bench::TorchResult run_torch() {
   std::string sizes;
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
-  const std::string cmd =
-      "'" + g_python +
-      "' '" MPT_BENCH_SOURCE_DIR "/bench_ch02_mlp_step_torch.py' --batch=" + std::to_string(g_batch) +
-      " --sizes=" + sizes + " --repetitions=" + std::to_string(g_repetitions) +
-      " --min-time=" + std::to_string(g_torch_min_time) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    r.status = "PyTorch not importable: could not run " + g_python;
-    return r;
-  }
-  char line[512];
-  std::string last;
-  while (std::fgets(line, sizeof line, p)) {
-    std::string l(line);
-    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-    char shape[64] = {0}, ops[8] = {0};
-    double ms = 0;
-    if (l.rfind("step_ms ", 0) == 0) {
-      r.step_ms = std::atof(l.c_str() + 8);
-    } else if (std::sscanf(l.c_str(), "gemm_ms %63s %7s %lf", shape, ops, &ms) == 3) {
-      r.gemm_ms[std::string(shape) + " " + ops] = ms;
-    } else if (l.rfind("torch ", 0) == 0 || l.rfind("PyTorch not importable", 0) == 0) {
-      r.status = l;
-    } else if (!l.empty()) {
-      last = l;  // a warning, or the error that ended the script
-    }
-  }
-  const int wait_status = pclose(p);
-  const int rc = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-  if (r.status.empty() || (rc != 0 && r.step_ms <= 0))
-    r.status =
-        "PyTorch not importable: " + g_python + " failed (exit status " + std::to_string(rc) + "): " + last;
-  return r;
+  return bench::run_torch_script(g_torch, "bench_ch02_mlp_step_torch.py",
+                                 "--batch=" + std::to_string(g_batch) + " --sizes=" + sizes +
+                                     " --repetitions=" + std::to_string(g_repetitions));
 }
 
 /// Each benchmark's fastest CPU time per step over its repetitions, in ms.
@@ -287,12 +240,10 @@ int main(int argc, char** argv) {
     if (std::strncmp(arg, "--batch=", 8) == 0) g_batch = std::stoi(arg + 8);
     else if (std::strncmp(arg, "--sizes=", 8) == 0) g_sizes = parse_sizes(arg + 8);
     else if (std::strncmp(arg, "--repetitions=", 14) == 0) g_repetitions = std::stoi(arg + 14);
-    else if (std::strncmp(arg, "--python=", 9) == 0) g_python = arg + 9;
-    else if (std::strncmp(arg, "--torch-min-time=", 17) == 0) g_torch_min_time = std::stod(arg + 17);
-    else return false;
+    else return g_torch.parse(arg);
     return true;
   });
-  if (g_python.empty() && std::getenv("MPT_TORCH_PYTHON")) g_python = std::getenv("MPT_TORCH_PYTHON");
+  g_torch.from_environment();
 
   benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::DType::f32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond)
@@ -317,7 +268,7 @@ int main(int argc, char** argv) {
 #endif
   TimeReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
-  const TorchResult torch = run_torch();
+  const bench::TorchResult torch = run_torch();
 
   std::string sizes;
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
@@ -342,9 +293,10 @@ int main(int argc, char** argv) {
   std::printf("\nFP32 step beside PyTorch's (one thread, the same step and shapes); %s\n\n",
               torch.status.c_str());
   std::printf("%-12s %9s %9s %8s %8s  %s\n", "step", "mpt ms", "torch ms", "x torch", "target", "verdict");
-  if (t32 > 0 && torch.step_ms > 0) {
-    const double r = t32 / torch.step_ms;
-    std::printf("%-12s %9.3f %9.3f %8.2f %8s  %s\n", "fp32", t32, torch.step_ms, r, "<=1.2x",
+  const double torch_step_ms = torch.of("step_ms");
+  if (t32 > 0 && torch_step_ms > 0) {
+    const double r = t32 / torch_step_ms;
+    std::printf("%-12s %9.3f %9.3f %8.2f %8s  %s\n", "fp32", t32, torch_step_ms, r, "<=1.2x",
                 r <= 1.2 ? "meets target" : "BELOW target");
   } else {
     std::printf("%-12s %9.3f %9s %8s %8s  %s\n", "fp32", t32, "-", "-", "<=1.2x", "not compared");
@@ -369,12 +321,12 @@ int main(int argc, char** argv) {
     const std::string name = "gemm/" + g.name();
     if (!rep.ms.count(name)) continue;
     const double ms = rep.ms[name], gf = g.flops() / (ms * 1e-3) / 1e9;
-    const auto tm = torch.gemm_ms.find(g.name());
+    const double tm = torch.of("gemm_ms " + g.name());
     char xpeak[16] = "-", tms[16] = "-", xt[16] = "-";
     if (peak_gflops > 0) std::snprintf(xpeak, sizeof xpeak, "%.2f", gf / peak_gflops);
-    if (tm != torch.gemm_ms.end() && tm->second > 0) {
-      std::snprintf(tms, sizeof tms, "%.3f", tm->second);
-      std::snprintf(xt, sizeof xt, "%.2f", ms / tm->second);
+    if (tm > 0) {
+      std::snprintf(tms, sizeof tms, "%.3f", tm);
+      std::snprintf(xt, sizeof xt, "%.2f", ms / tm);
     }
     std::printf("%-16s %9.3f %9.1f %8s %9s %8s\n", g.name().c_str(), ms, gf, xpeak, tms, xt);
   }

@@ -4,8 +4,9 @@
 # as the C++ benchmark times its own (CPU time per step, the fastest of the
 # repetitions). The C++ benchmark runs this script with the Python it is
 # given (--python=PATH or MPT_TORCH_PYTHON) and prints the ratio.
-# Depends on: Python 3 and, optionally, torch (never a dependency of the
-# project: without it the script prints "PyTorch not importable" and exits 0).
+# Depends on: bench_torch_support.py, Python 3 and, optionally, torch (never
+# a dependency of the project: without it the script prints "PyTorch not
+# importable" and exits 0).
 #
 #   bench_ch02_mlp_step_torch.py [--batch=128] [--sizes=256,512,512,10]
 #                                [--repetitions=5] [--min-time=0.5]
@@ -15,33 +16,8 @@
 #   step_ms <fastest ms per step>
 #   gemm_ms <M>x<N>x<K> <op> <fastest ms per call>
 import sys
-import time
 
-
-def arg(name, default):
-    for a in sys.argv[1:]:
-        if a.startswith("--" + name + "="):
-            return a.split("=", 1)[1]
-    return default
-
-
-def fastest_ms(f, repetitions, min_time):
-    """The fastest over `repetitions` runs of the mean CPU time of f, each
-    run repeating f for at least min_time seconds (as Google Benchmark's
-    repetitions with CPU time)."""
-    f()
-    f()  # warm: allocations, the optimizer's momentum buffers
-    best = float("inf")
-    for _ in range(repetitions):
-        n, start = 0, time.process_time()
-        while True:
-            f()
-            n += 1
-            spent = time.process_time() - start
-            if spent >= min_time:
-                break
-        best = min(best, 1e3 * spent / n)
-    return best
+from bench_torch_support import arg, fastest_ms, import_torch
 
 
 def main():
@@ -49,19 +25,12 @@ def main():
     sizes = [int(s) for s in arg("sizes", "256,512,512,10").split(",")]
     repetitions = int(arg("repetitions", "5"))
     min_time = float(arg("min-time", "0.5"))
-    import warnings
-
-    warnings.filterwarnings("ignore")  # e.g. torch without numpy: not ours to report
-    try:
-        import torch
-        import torch.nn.functional as F
-    except Exception as e:  # torch is optional: measuring only
-        print(f"PyTorch not importable ({e.__class__.__name__}: {e})")
+    torch = import_torch()
+    if torch is None:
         return 0
-    torch.set_num_threads(1)
+    import torch.nn.functional as F
+
     torch.manual_seed(7)
-    capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
-    print(f"torch {torch.__version__} {capability}")
 
     # The library's Mlp: Linear (with bias), ReLU between the layers, none
     # after the last; SGD lr 0.01, momentum 0.9; mean cross-entropy.

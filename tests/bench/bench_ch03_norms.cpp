@@ -5,7 +5,8 @@
 // (the layout), mpt/core/context.hpp, mpt/core/policy.hpp, mpt/core/random.hpp,
 // mpt/formats/rounding.hpp (avx2_available), bench_support.hpp, Google
 // Benchmark; F16C/AVX2 intrinsics for the naive baseline (x86 only); glibc's
-// mallopt where there is one.
+// mallopt where there is one; bench_torch.hpp, bench_ch03_norms_torch.py
+// and a Python with torch for the PyTorch columns (optional).
 //
 // Times, on one core, with fp16 input and output, for each shape given:
 //   forward    the library's layer: BatchNorm in training on [N, C, H, W]
@@ -41,8 +42,19 @@
 // baseline may well be the slower. Each time is the fastest of
 // --repetitions runs (default 5). Printed, never asserted: not a test.
 //
+// Beside PyTorch: with --python=PATH (or MPT_TORCH_PYTHON=PATH) naming a
+// Python that can import torch, bench_ch03_norms_torch.py times the same
+// forward on the same shapes with torch.set_num_threads(1), timed the same
+// way (CPU time, the fastest of the repetitions, glibc keeping freed blocks
+// as in this process): torch.nn.BatchNorm1d/2d
+// in training and torch.nn.LayerNorm, each converted with .half(), on an
+// fp16 input. The last table gives mpt / PyTorch; without such a Python its
+// torch columns are "-" and its header says "PyTorch not importable".
+// PyTorch is never a dependency of the project.
+//
 //   bench_ch03_norms [--bn=N,C,H,W[:N,C,H,W...]] [--ln=R,D[:R,D...]]
-//                    [--repetitions=5] [google-benchmark flags]
+//                    [--repetitions=5] [--python=PATH] [--torch-min-time=0.5]
+//                    [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -62,6 +74,7 @@
 #endif
 
 #include "bench_support.hpp"
+#include "bench_torch.hpp"
 #include "mpt/core/context.hpp"
 #include "mpt/core/policy.hpp"
 #include "mpt/core/random.hpp"
@@ -85,6 +98,9 @@ using mpt::norm_math::Layout;
 std::vector<mpt::Shape> g_bn_shapes{{64, 64, 32, 32}, {256, 64, 32, 32}};
 std::vector<mpt::Shape> g_ln_shapes{{4096, 1024}, {16384, 1024}};
 int g_repetitions = 5;
+bench::TorchOptions g_torch;  // --python=, --torch-min-time=
+// The shapes as given ("64,64,32,32:256,64,32,32"), for the PyTorch script.
+std::string g_bn_arg = "64,64,32,32:256,64,32,32", g_ln_arg = "4096,1024:16384,1024";
 
 constexpr float kEps = 1e-5f;
 
@@ -392,12 +408,20 @@ double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int main(int argc, char** argv) {
   bench::initialize(argc, argv, [](const char* arg) {
-    if (std::strncmp(arg, "--bn=", 5) == 0) g_bn_shapes = parse_shapes(arg + 5, "--bn", 2, 4);
-    else if (std::strncmp(arg, "--ln=", 5) == 0) g_ln_shapes = parse_shapes(arg + 5, "--ln", 2, 2);
-    else if (std::strncmp(arg, "--repetitions=", 14) == 0) g_repetitions = std::max(1, std::atoi(arg + 14));
-    else return false;
+    if (std::strncmp(arg, "--bn=", 5) == 0) {
+      g_bn_shapes = parse_shapes(arg + 5, "--bn", 2, 4);
+      g_bn_arg = arg + 5;
+    } else if (std::strncmp(arg, "--ln=", 5) == 0) {
+      g_ln_shapes = parse_shapes(arg + 5, "--ln", 2, 2);
+      g_ln_arg = arg + 5;
+    } else if (std::strncmp(arg, "--repetitions=", 14) == 0) {
+      g_repetitions = std::max(1, std::atoi(arg + 14));
+    } else {
+      return g_torch.parse(arg);
+    }
     return true;
   });
+  g_torch.from_environment();
 #if defined(__GLIBC__)
   // Every forward returns a new tensor of x's size. glibc serves a block
   // over its mmap threshold (at most 32 MiB) from fresh pages, which the
@@ -463,6 +487,31 @@ int main(int argc, char** argv) {
     std::printf("%-9s %-16s %9.3f %12.3f %12.2fx %7s  %s\n", k->norm.c_str(),
                 mpt::shape_string(k->shape).c_str(), t, tn, t / tn, "<=1.30x",
                 verdict(t / tn <= kTargetNaive));
+  }
+
+  // The same forward beside PyTorch's: the script reads the shapes as given
+  // (validated above: digits, ',' and ':', perhaps a sign or blanks, all
+  // safe in single quotes) and prints "forward_ms <key> <ms>" per shape.
+  // Its process keeps freed blocks as this one does (mallopt above): each
+  // module call allocates its output too.
+  const bench::TorchResult torch = bench::run_torch_script(
+      g_torch, "bench_ch03_norms_torch.py",
+      "'--bn=" + g_bn_arg + "' '--ln=" + g_ln_arg + "' --repetitions=" + std::to_string(g_repetitions),
+      bench::TorchMalloc::keep_freed);
+  std::printf(
+      "\nnorms forward beside PyTorch's: one thread, the same shapes, fp16 x and y; torch: the module\n"
+      "converted with .half() on an fp16 input, BatchNorm in training; time: the fastest of the repetitions\n"
+      "%s\n\n",
+      torch.status.c_str());
+  std::printf("%-9s %-16s %9s %9s %8s\n", "norm", "shape", "mpt ms", "torch ms", "x torch");
+  for (const auto& k : g_cases) {
+    const double t = rep.of("forward/" + k->key), tt = torch.of("forward_ms " + k->key);
+    char ms[16] = "-", tms[16] = "-", xt[16] = "-";
+    if (t > 0) std::snprintf(ms, sizeof ms, "%.3f", t);
+    if (tt > 0) std::snprintf(tms, sizeof tms, "%.3f", tt);
+    if (t > 0 && tt > 0) std::snprintf(xt, sizeof xt, "%.2f", t / tt);
+    std::printf("%-9s %-16s %9s %9s %8s\n", k->norm.c_str(), mpt::shape_string(k->shape).c_str(), ms, tms,
+                xt);
   }
   (void)naive;
   benchmark::Shutdown();

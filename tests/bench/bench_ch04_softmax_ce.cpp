@@ -2,7 +2,9 @@
 // softmax cross-entropy (loss and fp16 gradient of fp16 logits in one call,
 // src/mpt/nn/cpu/softmax_cpu.hpp) against memcpy of the bytes it must move and
 // against the same computation as separate passes, one core.
-// Depends on: Google Benchmark, bench_support.hpp, mpt/nn/cpu/softmax_cpu.hpp.
+// Depends on: Google Benchmark, bench_support.hpp, mpt/nn/cpu/softmax_cpu.hpp;
+// bench_torch.hpp, bench_ch04_softmax_ce_torch.py and a Python with torch
+// for the PyTorch columns (optional).
 //
 // Rows of K = 32768 fp16 logits (a vocabulary of that size), targets at
 // random. The fused kernel must read every logit once and write its
@@ -12,7 +14,25 @@
 // FP32 log-probabilities and read them back twice (12 bytes per logit).
 // Targets: fused >= 0.5x memcpy, and >= 1.5x faster than the unfused passes.
 //
-//   bench_ch04_softmax_ce [--rows=R1,R2,...] [--classes=K] [--repetitions=N] [Google Benchmark flags]
+// Beside PyTorch: with --python=PATH (or MPT_TORCH_PYTHON=PATH) naming a
+// Python that can import torch, bench_ch04_softmax_ce_torch.py times
+// F.cross_entropy and the logits' gradient (torch.autograd.grad) on the same
+// shapes with torch.set_num_threads(1), timed the same way (CPU time, the
+// fastest of the repetitions; glibc keeps PyTorch's freed blocks, so that
+// its outputs, allocated on every call, cost no page faults: the fused
+// call's are allocated once), three ways: FP32 logits; fp16 logits under
+// torch.autocast("cpu", dtype=torch.float16); bf16 logits under
+// torch.autocast("cpu", dtype=torch.bfloat16). Autocast runs cross-entropy
+// in FP32 (it is on the CPU autocast's fp32 list, KERNEL_CPU(
+// cross_entropy_loss, fp32) in PyTorch's aten/src/ATen/autocast_mode.cpp):
+// the logits are widened, the loss is FP32, the gradient is rounded back to
+// the logits' dtype. The last table sets the library's fused fp16 call
+// beside each; without such a Python its torch columns are "-" and its
+// header says "PyTorch not importable". PyTorch is never a dependency of
+// the project.
+//
+//   bench_ch04_softmax_ce [--rows=R1,R2,...] [--classes=K] [--repetitions=N]
+//                         [--python=PATH] [--torch-min-time=0.5] [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -27,6 +47,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "bench_torch.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/tensor.hpp"
 #include "mpt/nn/cpu/softmax_cpu.hpp"
@@ -44,6 +65,7 @@ struct Case {
 std::vector<std::int64_t> g_rows = {128, 512};
 std::int64_t g_classes = 32768;
 int g_repetitions = 5;
+bench::TorchOptions g_torch;  // --python=, --torch-min-time=
 std::vector<std::unique_ptr<Case>> g_cases;
 
 std::unique_ptr<Case> make_case(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
@@ -126,10 +148,11 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(arg, "--repetitions=", 14) == 0) {
       g_repetitions = std::max(1, std::atoi(arg + 14));
     } else {
-      return false;
+      return g_torch.parse(arg);
     }
     return true;
   });
+  g_torch.from_environment();
   std::uint64_t seed = 3;
   for (std::int64_t r : g_rows) g_cases.push_back(make_case(r, g_classes, seed += 10));
   for (const auto& c : g_cases) {
@@ -170,6 +193,38 @@ int main(int argc, char** argv) {
     if (t <= 0 || tu <= 0) continue;
     std::printf("%-12s %9.3f %11.3f %15.2fx %7s  %s\n", c->key.c_str(), t, tu, tu / t, ">=1.50x",
                 verdict(tu / t >= kTargetUnfused));
+  }
+
+  // The same loss and gradient beside PyTorch's: "ce_ms <key> <run> <ms>".
+  // The fused call writes into buffers allocated once; PyTorch allocates its
+  // gradient and intermediates on every call, so its process keeps freed
+  // blocks (glibc would return each to the kernel and fault it in afresh):
+  // the time is the op's, not the page faults'.
+  std::string rows;
+  for (std::int64_t r : g_rows) rows += (rows.empty() ? "" : ",") + std::to_string(r);
+  const bench::TorchResult torch =
+      bench::run_torch_script(g_torch, "bench_ch04_softmax_ce_torch.py",
+                              "--rows=" + rows + " --classes=" + std::to_string(g_classes) +
+                                  " --repetitions=" + std::to_string(g_repetitions),
+                              bench::TorchMalloc::keep_freed);
+  std::printf(
+      "\nsoftmax cross-entropy beside PyTorch's: one thread, the same shapes; mpt: the fused call on fp16\n"
+      "logits (fp16 gradient, FP32 loss) in every row; torch: F.cross_entropy and the logits' gradient\n"
+      "with FP32 logits, and with fp16 or bf16 logits under torch.autocast (cross-entropy in FP32, the\n"
+      "gradient in the logits' dtype); time: the fastest of the repetitions\n"
+      "%s\n\n",
+      torch.status.c_str());
+  std::printf("%-12s %-14s %9s %9s %8s\n", "shape", "torch run", "mpt ms", "torch ms", "x torch");
+  for (const auto& c : g_cases) {
+    const double t = rep.of("fused/" + c->key);
+    for (const char* run : {"fp32", "autocast-f16", "autocast-bf16"}) {
+      const double tt = torch.of("ce_ms " + c->key + " " + run);
+      char ms[16] = "-", tms[16] = "-", xt[16] = "-";
+      if (t > 0) std::snprintf(ms, sizeof ms, "%.3f", t);
+      if (tt > 0) std::snprintf(tms, sizeof tms, "%.3f", tt);
+      if (t > 0 && tt > 0) std::snprintf(xt, sizeof xt, "%.2f", t / tt);
+      std::printf("%-12s %-14s %9s %9s %8s\n", c->key.c_str(), run, ms, tms, xt);
+    }
   }
   benchmark::Shutdown();
   return 0;
