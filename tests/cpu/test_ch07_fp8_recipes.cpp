@@ -117,6 +117,7 @@ TEST_CASE("delayed scaling: an amax of 0 keeps the scale and (TE's fused update)
   const std::vector<DelayedStep> r =
       mpt::fp8::simulate_delayed({4, 0, 2}, DType::e4m3, options(2, AmaxComputeAlgo::most_recent));
   CHECK(scales_of(r) == std::vector<float>{1, 112, 112});
+  CHECK(r[1].update_amax == 0.0f);  // the step's own amax, not the one before it
   CHECK(r.back().next_scale == 224.0f);
 }
 
