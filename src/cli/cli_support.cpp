@@ -177,9 +177,13 @@ std::string pitfall_chapters() {
 }
 
 // What a missing or malformed item may be. The message is matched whatever
-// the subcommand, so an option of a later family that shares a name (or a
-// prefix) with one below gets that one's choices.
-std::string choices_for(const std::string& message) {
+// the subcommand (`where`, "mpt fp8 quantize"), so an option of a later
+// family that shares a name (or a prefix) with one below gets that one's
+// choices, unless it is told apart here by its subcommand.
+std::string choices_for(const std::string& message, const std::string& where) {
+  // Chapter 7's FP8 commands take the two FP8 formats only.
+  if (message.find("--format") != std::string::npos && where.rfind("mpt fp8", 0) == 0)
+    return "valid formats: e4m3, e5m2";
   if (message.find("--format") != std::string::npos) return "valid formats: " + mpt::format_names();
   if (message.find("--mode") != std::string::npos) return "valid modes: rne, rtz, sr";
   if (message.find("--overflow") != std::string::npos) return "valid modes: inf, sat";
@@ -230,7 +234,7 @@ int report_parse_error(const CLI::App& app, const CLI::ParseError& e) {
     message = "missing subcommand";
     choices = "valid subcommands: " + subcommand_names(sub ? *sub : app);
   } else {
-    choices = choices_for(message);
+    choices = choices_for(message, where);
     if (choices.empty() && sub) choices = valid_options(*sub);
   }
   std::cerr << where << ": " << message << (choices.empty() ? "" : "; " + choices) << "\n";
