@@ -50,7 +50,8 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
     // current scaling, margin 0: 448 / amax (E4M3), 57344 / amax (E5M2), each quotient rounded to fp32
     CHECK(f.get("activation_scale") ==
           static_cast<double>(448.0f / static_cast<float>(f.get("activation_amax"))));
-    CHECK(f.get("gradient_scale") == static_cast<double>(57344.0f / static_cast<float>(f.get("gradient_amax"))));
+    CHECK(f.get("gradient_scale") ==
+          static_cast<double>(57344.0f / static_cast<float>(f.get("gradient_amax"))));
     // with current scaling the amax lands on the max: nothing beyond it
     CHECK(f.get("gradient_saturated_fraction") == 0);
   }

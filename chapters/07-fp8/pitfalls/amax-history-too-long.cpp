@@ -25,8 +25,9 @@ RunResult broken_run() {
   // Transformer Engine's default history: 1024 steps
   const std::size_t history_len = 1024;
   //! [amax-history-too-long-broken]
-  return amax_history_run(history_len, "delayed scaling (E4M3, margin 0, max) with a history of 1024 steps; "
-                                       "a tensor shrinking 64-fold in 160 steps, 8-fold peaks every 16 steps");
+  return amax_history_run(history_len,
+                          "delayed scaling (E4M3, margin 0, max) with a history of 1024 steps; "
+                          "a tensor shrinking 64-fold in 160 steps, 8-fold peaks every 16 steps");
 }
 
 RunResult fixed_run() {

@@ -6,7 +6,7 @@
 // 160 steps, 8 times larger every 16th step), with the opposite mistake: a
 // history of 4 steps forgets each peak long before the next one, so every
 // peak is quantized with the scale of the ordinary steps before it, and its
-// values above their amax are clamped to ±448. A history spanning the period
+// values above the ordinary steps' amax are clamped to ±448. A history spanning the period
 // (32 steps) remembers the last peak: the next one, smaller since the
 // tensor shrinks, fits. The first peak saturates with any history (nothing
 // has seen one yet): that takes a margin, or current scaling.
@@ -23,8 +23,9 @@ RunResult broken_run() {
   // a short history: the peaks come every 16 steps
   const std::size_t history_len = 4;
   //! [amax-history-too-short-broken]
-  return amax_history_run(history_len, "delayed scaling (E4M3, margin 0, max) with a history of 4 steps; "
-                                       "the same sequence: 8-fold peaks every 16 steps");
+  return amax_history_run(history_len,
+                          "delayed scaling (E4M3, margin 0, max) with a history of 4 steps; "
+                          "the same sequence: 8-fold peaks every 16 steps");
 }
 
 RunResult fixed_run() {

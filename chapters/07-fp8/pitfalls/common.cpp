@@ -102,7 +102,8 @@ RunResult amax_history_run(std::size_t history_len, std::string setup) {
   std::vector<Fidelity> fid;
   std::vector<double> lag;
   for (std::size_t t = 0; t < kHistorySteps; ++t) {
-    const std::vector<float> x = with_amax(draw_values(kHistorySeed + t, kHistoryValues, 1.0, 1.5), history_amax(t));
+    const std::vector<float> x =
+        with_amax(draw_values(kHistorySeed + t, kHistoryValues, 1.0, 1.5), history_amax(t));
     const float own = fp8::current_scale(fp8::amax_of(x.data(), x.size()), DType::e4m3);
     lag.push_back(std::log2(static_cast<double>(own) / static_cast<double>(recipe.scale())));
     const fp8::Fp8Tensor q = recipe.quantize(x.data(), x.size());
@@ -148,8 +149,9 @@ RunResult amax_history_run(std::size_t history_len, std::string setup) {
       {"late_scale_lag_binades", late_lag,
        "log2(the tensor's own scale / the scale used), ordinary steps of the last period"},
   };
-  r.explanation = "With a history of " + std::to_string(history_len) + " steps, the peaks after the first saturate " +
-                  pct(peak_sat / peaks) + " of their values; in the last period the scale is " + num(late_lag) +
+  r.explanation = "With a history of " + std::to_string(history_len) +
+                  " steps, the peaks after the first saturate " + pct(peak_sat / peaks) +
+                  " of their values; in the last period the scale is " + num(late_lag) +
                   " binades below the tensor's own, and " + pct(r.get("late_flushed_fraction")) +
                   " of the ordinary values flush to zero (" + pct(r.get("early_flushed_fraction")) +
                   " in the second period).";

@@ -59,7 +59,8 @@ struct Fidelity {
 /// per tensor or per MX block) over the elements with include[i] (all when
 /// include is empty). Each element's fate is quantize_element's verdict,
 /// recomputed with the scale t used.
-Fidelity fidelity(const std::vector<float>& x, const fp8::Fp8Tensor& t, const std::vector<bool>& include = {});
+Fidelity fidelity(const std::vector<float>& x, const fp8::Fp8Tensor& t,
+                  const std::vector<bool>& include = {});
 
 // ---------------------------------------------------------------------------
 // amax-history-too-long and amax-history-too-short share one sequence of

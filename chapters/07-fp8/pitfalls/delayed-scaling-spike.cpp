@@ -28,13 +28,13 @@ namespace {
 namespace delayed_scaling_spike {
 
 constexpr std::size_t kValues = 2048;
-constexpr std::size_t kHistory = 16;   // amax_history_len (TE's default is 1024: the same, for longer)
-constexpr std::size_t kWarmup = 4;     // steps that fill the history first (not measured)
-constexpr std::size_t kBefore = 8;     // ordinary steps measured before the spike
+constexpr std::size_t kHistory = 16;          // amax_history_len (TE's default is 1024: the same, for longer)
+constexpr std::size_t kWarmup = 4;            // steps that fill the history first (not measured)
+constexpr std::size_t kBefore = 8;            // ordinary steps measured before the spike
 constexpr std::size_t kAfter = kHistory + 8;  // steps after it: the history's length, then 8 more
-constexpr double kAmax = 1.0;          // every ordinary step's amax
-constexpr double kSpike = 100.0;       // the spike step's amax
-constexpr std::uint64_t kSeed = 7300;  // step t draws with seed kSeed + t
+constexpr double kAmax = 1.0;                 // every ordinary step's amax
+constexpr double kSpike = 100.0;              // the spike step's amax
+constexpr std::uint64_t kSeed = 7300;         // step t draws with seed kSeed + t
 
 constexpr std::size_t kSpikeStep = kWarmup + kBefore;
 constexpr std::size_t kSteps = kSpikeStep + 1 + kAfter;
@@ -95,7 +95,8 @@ RunResult run(bool delayed, std::string setup) {
        "median |error| / |value|, the same steps"},
       {"small_scale_steps", small_scale_steps,
        "steps after the spike whose scale is below half their own amax's"},
-      {"recovered_flushed_fraction", mean(kSpikeStep + 1 + kHistory, kAfter - kHistory, &Fidelity::flushed_fraction),
+      {"recovered_flushed_fraction",
+       mean(kSpikeStep + 1 + kHistory, kAfter - kHistory, &Fidelity::flushed_fraction),
        "values flushed to zero, the " + std::to_string(kAfter - kHistory) + " steps after those"},
   };
   std::string per_step;
@@ -106,7 +107,8 @@ RunResult run(bool delayed, std::string setup) {
   }
   r.explanation = "The spike was quantized with scale " + num(spike.scale) + " (its own would be " +
                   num(spike.own) + "): " + pct(spike.fid.saturated_fraction) + " of it saturated. For " +
-                  num(small_scale_steps) + " steps after it the scale stayed below half the tensors' own, and " +
+                  num(small_scale_steps) +
+                  " steps after it the scale stayed below half the tensors' own, and " +
                   pct(r.get("after_flushed_fraction")) + " of their values flushed (" +
                   pct(r.get("before_flushed_fraction")) + " before). Saturated/flushed per step from step " +
                   std::to_string(kWarmup + 1) + " (the spike is step " + std::to_string(kSpikeStep + 1) +
@@ -115,8 +117,9 @@ RunResult run(bool delayed, std::string setup) {
 }
 
 RunResult broken_run() {
-  return run(true, "delayed scaling (E4M3, margin 0, history 16, max): 12 steps of amax 1, one of amax 100, "
-                   "24 of amax 1; 2048 heavy-tailed values a step");
+  return run(true,
+             "delayed scaling (E4M3, margin 0, history 16, max): 12 steps of amax 1, one of amax 100, "
+             "24 of amax 1; 2048 heavy-tailed values a step");
 }
 RunResult fixed_run() { return run(false, "the same tensors with current scaling (each tensor's own amax)"); }
 
@@ -153,7 +156,8 @@ Pitfall delayed_scaling_spike_pitfall() {
       {
           check("before the spike, and once it has left the history, fewer than 0.1% of the values flush",
                 [](const RunResult& r) {
-                  return r.get("before_flushed_fraction") < 0.001 && r.get("recovered_flushed_fraction") < 0.001;
+                  return r.get("before_flushed_fraction") < 0.001 &&
+                         r.get("recovered_flushed_fraction") < 0.001;
                 }),
       }};
 }

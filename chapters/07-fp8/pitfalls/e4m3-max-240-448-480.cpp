@@ -13,7 +13,7 @@
 //    2023-12-01), which Hopper's and Blackwell's tensor cores, CUDA's
 //    cuda_fp8.h and torch.float8_e4m3fn implement, gives up inf: only
 //    S.1111.111 is NaN, so the all-ones exponent holds normal numbers and the
-//    max is S.1111.110 = 1.75 × 2^8 = 448 (its table of E4M3's values; the
+//    max is S.1111.110 = 1.75 × 2^8 = 448 (its table of the formats' limits; the
 //    same choice in Micikevicius et al., "FP8 Formats for Deep Learning",
 //    arXiv:2209.05433: E4M3's range is extended by not representing
 //    infinities and keeping one NaN mantissa pattern). Values up to 464
@@ -21,8 +21,9 @@
 //    non-saturating one gives NaN.
 //  - 480: S.1111.111 read as 1.875 × 2^8, a format with no special values
 //    at all. Simulators have used it (OpenPPL/ppq issue 398, 2023, asks why
-//    its E4M3 maximum was 0 1111 111 = 480), and they keep 472 to 488 as
-//    480: a code that OCP hardware reads as NaN.
+//    its E4M3 maximum was 0 1111 111 = 480). A simulator with that max keeps
+//    472 to 488 as 480 (and clamps from 496): a code that OCP hardware reads
+//    as NaN.
 // The broken run simulates the 480 convention, the fixed run OCP's; both
 // also measure the IEEE-style E4M3, whose inf code S.1111.000 an OCP decoder
 // reads as 256. This project's E4M3 is OCP's (formats::e4m3).
@@ -63,8 +64,8 @@ struct Converted {
 Converted simulate_480(float x) {
   //! [e4m3-max-240-448-480-broken]
   // E4M3 rounding with no special values: the top is 1.875 × 2^8 = 480
-  const float r = round_to_format(x, kWideE4m3, RoundingMode::nearest_even, OverflowMode::infinity,
-                                  SubnormalMode::keep);
+  const float r =
+      round_to_format(x, kWideE4m3, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep);
   const bool clamped = std::fabs(r) > kSimMax;
   const float value = clamped ? std::copysign(kSimMax, x) : r;
   //! [e4m3-max-240-448-480-broken]
@@ -80,11 +81,12 @@ Converted ocp(float x) {
   return {decode(e.code, formats::e4m3), e.code, !clamped, clamped, false};
 }
 
-// Without saturation: whether x becomes inf or NaN under each convention
-// (the 480 convention has neither: it always clamps).
-bool nonfinite_without_saturation(float x, bool is_ocp) {
-  if (!is_ocp) return false;
-  return fp8::quantize_element(x, 1.0f, formats::e4m3, false).outcome == fp8::Fp8Outcome::overflowed;
+// Without saturation: what x reads back as. OCP E4M3's non-saturating cast
+// gives NaN beyond the max; the 480 convention has no inf or NaN to give, so
+// its simulator has one mode only.
+float without_saturation(float x, bool is_ocp) {
+  if (!is_ocp) return simulate_480(x).value;
+  return decode(fp8::quantize_element(x, 1.0f, formats::e4m3, false).code, formats::e4m3);
 }
 
 RunResult run(bool is_ocp, std::string setup) {
@@ -101,7 +103,7 @@ RunResult run(bool is_ocp, std::string setup) {
       clamped += 1;
       if (smallest_clamped == 0) smallest_clamped = x;
     }
-    if (nonfinite_without_saturation(x, is_ocp)) nonfinite += 1;
+    if (!std::isfinite(without_saturation(x, is_ocp))) nonfinite += 1;
     if (std::isnan(decode(c.code, formats::e4m3))) ocp_nan += 1;
     // the IEEE-style E4M3, the same in both runs
     const float ri = round_to_format(x, kIeeeE4m3, RoundingMode::nearest_even, OverflowMode::infinity,
@@ -139,8 +141,9 @@ RunResult run(bool is_ocp, std::string setup) {
 }
 
 RunResult broken_run() {
-  return run(false, "224 to 512 in steps of 8, rounded by a simulator that takes E4M3's max to be 480 "
-                    "(S.1111.111 a number)");
+  return run(false,
+             "224 to 512 in steps of 8, rounded by a simulator that takes E4M3's max to be 480 "
+             "(S.1111.111 a number)");
 }
 RunResult fixed_run() {
   return run(true, "the same inputs in OCP E4M3 (max 448, S.1111.111 NaN), saturating");

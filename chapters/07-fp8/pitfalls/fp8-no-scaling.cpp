@@ -76,8 +76,9 @@ RunResult run(bool scaled, std::string setup) {
 }
 
 RunResult broken_run() {
-  return run(false, "activations (typical 40, heavy-tailed) in E4M3 and gradients (typical 2^-20) in E5M2, "
-                    "each cast with scale 1");
+  return run(false,
+             "activations (typical 40, heavy-tailed) in E4M3 and gradients (typical 2^-20) in E5M2, "
+             "each cast with scale 1");
 }
 RunResult fixed_run() {
   return run(true, "the same tensors, each with current scaling (scale = fp8_max / its amax)");

@@ -27,7 +27,7 @@ namespace per_tensor_outlier {
 constexpr std::size_t kRows = 32;
 constexpr std::size_t kCols = 128;
 constexpr std::size_t kOutlier = 5 * kCols + 70;  // row 5, column 70
-constexpr double kOutlierValue = 65536.0;          // 2^16 times the typical magnitude (1)
+constexpr double kOutlierValue = 65536.0;         // 2^16 times the typical magnitude (1)
 
 // Activations: typical magnitude 1, mildly heavy-tailed, and one outlier.
 std::vector<float> activations() {
@@ -65,7 +65,8 @@ RunResult run(bool blocks, std::string setup) {
       {"others_subnormal_fraction", fo.subnormal_fraction,
        "the other values stored as subnormals (fewer than 4 significant bits)"},
       {"others_relative_error", fo.relative_error, "‖read back − x‖ / ‖x‖ over the other values"},
-      {"others_median_relative_error", fo.median_relative_error, "median |error| / |value| over the other values"},
+      {"others_median_relative_error", fo.median_relative_error,
+       "median |error| / |value| over the other values"},
   };
   r.explanation = "With " + num(r.get("scales")) + " scale(s), " + pct(fo.flushed_fraction) +
                   " of the other values flush to zero and " + pct(fo.subnormal_fraction) +
@@ -75,8 +76,9 @@ RunResult run(bool blocks, std::string setup) {
 }
 
 RunResult broken_run() {
-  return run(false, "a 32 x 128 activation matrix (typical magnitude 1) with one value of 2^16, in E4M3 with "
-                    "one per-tensor scale (current scaling)");
+  return run(false,
+             "a 32 x 128 activation matrix (typical magnitude 1) with one value of 2^16, in E4M3 with "
+             "one per-tensor scale (current scaling)");
 }
 RunResult fixed_run() {
   return run(true, "the same matrix with MX block scaling: one E8M0 scale per 32 values of a row (RCEIL)");

@@ -8,7 +8,8 @@
 // scaling, ±inf included, is stored as ±448 (E4M3 has no inf). A gradient
 // that overflowed upstream (three infs from an fp16 product) therefore reads
 // back as three ordinary values of magnitude 448 / scale — with a scale from
-// the tensor's amax history, exactly the largest finite gradient. A check for
+// the tensor's amax history, the largest finite gradient (to within fp32's
+// rounding of 1 / scale). A check for
 // inf and NaN on what was read back, as a GradScaler makes, finds nothing,
 // and the step is taken. The FP8 tensor's counts (Fp8Tensor::counts, what
 // quantize_element said of each element) are the only trace: reading them is
@@ -86,17 +87,20 @@ RunResult run(bool read_counts, std::string setup) {
   };
   r.explanation = "The " + num(input_nonfinite) + " infs were stored as ±448 and read back as ±" +
                   num(largest_at_inf) + " (the largest finite gradient is " + num(r.get("finite_amax")) +
-                  "); the read-back holds " + num(back_nonfinite) + " non-finite values, and the run's check found " +
-                  num(found) + (skip ? ": the step is skipped." : ": the step is taken.");
+                  "); the read-back holds " + num(back_nonfinite) +
+                  " non-finite values, and the run's check found " + num(found) +
+                  (skip ? ": the step is skipped." : ": the step is taken.");
   return r;
 }
 
 RunResult broken_run() {
-  return run(false, "a 4096-value gradient with 3 infs, cast to E4M3 with saturation (the default) and the "
-                    "scale of its finite amax; inf/NaN checked on the values read back");
+  return run(false,
+             "a 4096-value gradient with 3 infs, cast to E4M3 with saturation (the default) and the "
+             "scale of its finite amax; inf/NaN checked on the values read back");
 }
 RunResult fixed_run() {
-  return run(true, "the same cast; the overflow read from the FP8 tensor's counts (saturated, overflowed, NaN)");
+  return run(true,
+             "the same cast; the overflow read from the FP8 tensor's counts (saturated, overflowed, NaN)");
 }
 
 }  // namespace saturation_hides_overflow
@@ -114,7 +118,8 @@ Pitfall saturation_hides_overflow_pitfall() {
       broken_run,
       fixed_run,
       {
-          check("the check finds no overflow", [](const RunResult& r) { return r.get("overflow_found") == 0; }),
+          check("the check finds no overflow",
+                [](const RunResult& r) { return r.get("overflow_found") == 0; }),
           check("the step is taken with the clamped values",
                 [](const RunResult& r) { return r.get("step_skipped") == 0; }),
       },
