@@ -32,9 +32,9 @@ using mpt_test::from_bits;
 namespace {
 
 std::uint32_t scalar_code(float x, const FormatSpec& spec) {
-  return encode_exact(round_to_format(x, spec, RoundingMode::nearest_even, OverflowMode::infinity,
-                                      SubnormalMode::keep, 0u),
-                      spec);
+  return encode_exact(
+      round_to_format(x, spec, RoundingMode::nearest_even, OverflowMode::infinity, SubnormalMode::keep, 0u),
+      spec);
 }
 
 std::vector<float> encode_inputs() {

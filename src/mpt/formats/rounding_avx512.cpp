@@ -28,8 +28,7 @@ inline __m512i set1(std::uint32_t v) { return _mm512_set1_epi32(static_cast<int>
 /// r, except in the lanes where the fp32 bits u are a NaN: there the
 /// canonical quiet NaN with u's sign.
 inline __m512i with_canonical_nan16(__m512i r, __m512i u) {
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, set1(0x7fffffffu)), set1(0x7f800000u));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, set1(0x7fffffffu)), set1(0x7f800000u));
   const __m512i quiet = _mm512_or_si512(_mm512_and_si512(u, set1(0x80000000u)), set1(0x7fc00000u));
   return _mm512_mask_blend_epi32(nan, r, quiet);
 }
