@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mpt/formats/rounding.hpp"
 #include "mpt/nn/cpu/gemm.hpp"
@@ -64,8 +65,10 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   if (x.dim() != 2 || x.size(1) != weight.master.size(1))
     throw std::invalid_argument(weight.name + ": x is " + shape_string(x.shape()) +
                                 " but the layer takes [B, " + std::to_string(weight.master.size(1)) + "]");
-  op_ = ctx.decide("linear", path(), {x.dtype(), weight.weights().dtype()});
+  op_ = ctx.decide_fp8_gemm("linear", path(), {x.dtype(), weight.weights().dtype()});
   require_f32_linear(op_);
+  if (is_fp8(op_.input)) return forward_fp8(x, ctx);
+  w8_ = Tensor();
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
   const Tensor b = bias.read(op_.input, ctx, path(), Phase::forward, "bias");
@@ -84,6 +87,7 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
 Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   const std::int64_t batch = x_.size(0), out = weight.master.size(0);
   require_shape("dy", dy_out.shape(), {batch, out});
+  if (is_fp8(op_.input)) return backward_fp8(dy_out, ctx);
   // The backward GEMMs read dy in the forward's input dtype, like x and W.
   const Tensor dy = ctx.cast(dy_out, op_.input, path(), Phase::backward, "dy");
   const Tensor w = weight.read(op_.input, ctx, path(), Phase::backward, "weight");
@@ -110,6 +114,72 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
                          static_cast<std::size_t>(weight.master.numel()) * bytes_per_element(wd)});
     e.outputs.push_back({"bias.grad", bd, bias.master.shape(),
                          static_cast<std::size_t>(bias.master.numel()) * bytes_per_element(bd)});
+    ctx.record(std::move(e));
+  }
+  return dx;
+}
+
+// --- Chapter 7: the FP8 GEMMs ---------------------------------------------------------
+
+const char* fp8_role_name(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::input: return "input";
+    case Fp8Role::weight: return "weight";
+    case Fp8Role::grad_output: return "grad_output";
+  }
+  return "?";
+}
+
+// y = x·Wᵀ + b with x and W quantized by the layer's scaling state, read
+// from the FP32 master (the policy keeps it as the model copy), the bias
+// read in the output dtype and added to the FP32 accumulator.
+Tensor Linear::forward_fp8(const Tensor& x, Context& ctx) {
+  if (!fp8)
+    throw std::invalid_argument(weight.name + ": the policy asks for an FP8 GEMM (" +
+                                std::string(dtype_name(op_.input)) +
+                                ") but the layer has no FP8 scaling state (fp8::attach_fp8)");
+  if (fp8->dtype(Fp8Role::input) != op_.input)
+    throw std::invalid_argument(weight.name + ": the policy reads " + std::string(dtype_name(op_.input)) +
+                                " but the FP8 recipe stores the input in " +
+                                std::string(dtype_name(fp8->dtype(Fp8Role::input))));
+  x_ = fp8->quantize(x, Fp8Role::input);
+  w8_ = fp8->quantize(weight.master, Fp8Role::weight);
+  const Tensor b = bias.read(op_.output, ctx, path(), Phase::forward, "bias");
+  Tensor y = fp8->gemm(x_, false, w8_, true, op_.output, &b);
+  if (ctx.tracing())
+    ctx.record({Phase::forward,
+                path(),
+                "linear",
+                {traced("x", x_), traced("weight", w8_), traced("bias", b)},
+                op_.compute,
+                {traced("y", y)}});
+  return y;
+}
+
+// dx = dy·W and dW = dyᵀ·x as FP8 GEMMs (dy quantized for grad_output, x and
+// W as forward quantized them); db = Σ_B dy in FP32 from dy as it arrived.
+// dW and db are added into the FP32 grads as FP32 (the master was read).
+Tensor Linear::backward_fp8(const Tensor& dy_out, Context& ctx) {
+  const Tensor dy = fp8->quantize(dy_out, Fp8Role::grad_output);
+  const Tensor dw = fp8->gemm(dy, true, x_, false, DType::f32, nullptr);
+  require_shape(weight.name + ".grad", weight.grad.shape(), weight.master.shape());
+  std::vector<float> dwf(dw.f32_data(), dw.f32_data() + dw.numel());
+  weight.accumulate_grad(dwf.data(), dw.numel(), weight.master);
+  const F32Matrix dyf(dy_out);
+  MatrixF db = dyf.map().colwise().sum();
+  bias.accumulate_grad(db.data(), db.size(), DType::f32);
+  Tensor dx;
+  // The input's gradient in the dtype the input arrived in (bf16).
+  if (input_grad()) dx = fp8->gemm(dy, false, w8_, false, op_.output, nullptr);
+  if (ctx.tracing()) {
+    TraceEntry e{Phase::backward, path(),
+                 "linear",        {traced("dy", dy), traced("x", x_), traced("weight", w8_)},
+                 op_.compute,     {}};
+    if (input_grad()) e.outputs.push_back(traced("dx", dx));
+    e.outputs.push_back({"weight.grad", DType::f32, weight.master.shape(),
+                         static_cast<std::size_t>(weight.master.numel()) * bytes_per_element(DType::f32)});
+    e.outputs.push_back({"bias.grad", DType::f32, bias.master.shape(),
+                         static_cast<std::size_t>(bias.master.numel()) * bytes_per_element(DType::f32)});
     ctx.record(std::move(e));
   }
   return dx;

@@ -8,12 +8,41 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "mpt/core/random.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
 namespace mpt {
+
+/// Chapter 7: the three tensors of a Linear that an FP8 recipe scales, each
+/// with its own scale (Transformer Engine's per-module quantizers).
+enum class Fp8Role : std::uint8_t {
+  input,        ///< x, forward (E4M3)
+  weight,       ///< W, forward (E4M3)
+  grad_output,  ///< dy, backward (E5M2 under HYBRID)
+};
+/// "input", "weight", "grad_output".
+const char* fp8_role_name(Fp8Role r);
+
+/// Chapter 7: how a Linear runs its GEMMs in FP8 — the seam through which
+/// the fp8 tier (above this one) gives a Linear its scaling state and its
+/// FP8 GEMM (fp8/linear_scaling.hpp implements it). A Linear whose policy
+/// answer reads an FP8 dtype calls it; without one it refuses to run.
+class LinearFp8 {
+ public:
+  virtual ~LinearFp8() = default;
+  /// The dtype tensors of `role` are stored in (HYBRID: e4m3 forward, e5m2 grad_output).
+  virtual DType dtype(Fp8Role role) const = 0;
+  /// x (any dtype) quantized for `role`: an FP8 Tensor of dtype(role) with
+  /// its per-tensor scale, the amax recorded as the recipe wants.
+  virtual Tensor quantize(const Tensor& x, Fp8Role role) = 0;
+  /// op(a) · op(b) of two FP8 tensors with scales, FP32 accumulation, both
+  /// descales applied, the bias (if any) added, rounded once into `out`.
+  virtual Tensor gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, DType out,
+                      const Tensor* bias) = 0;
+};
 
 /// torch.nn.Linear(in_features, out_features): weight [out, in], bias [out].
 class Linear final : public Module {
@@ -36,10 +65,17 @@ class Linear final : public Module {
   std::vector<Parameter*> parameters() override { return {&weight, &bias}; }
   /// Both model copies in Policy::parameter_dtype("linear", path()).
   void apply_policy(const Policy& policy) override;
-  /// The input as the GEMM read it (kept for dW).
-  std::vector<const Tensor*> saved() const override { return {&x_}; }
+  /// The input as the GEMM read it (kept for dW), and under FP8 the weight's
+  /// FP8 copy (kept for dx).
+  std::vector<const Tensor*> saved() const override {
+    if (w8_.numel() > 0) return {&x_, &w8_};
+    return {&x_};
+  }
   /// Names the parameters "<path>.weight" and "<path>.bias".
   void set_path(std::string path) override;
+  /// Chapter 7: the FP8 GEMM and scales this layer runs with when its policy
+  /// answer is FP8 (set by fp8::attach_fp8; null: none).
+  std::shared_ptr<LinearFp8> fp8;
 
  protected:
   /// x [B, in] cast to the policy's input dtype, y [B, out] in its output dtype.
@@ -52,7 +88,11 @@ class Linear final : public Module {
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
 
  private:
+  Tensor forward_fp8(const Tensor& x, Context& ctx);
+  Tensor backward_fp8(const Tensor& dy, Context& ctx);
+
   Tensor x_;          // the input as the forward GEMM read it
+  Tensor w8_;         // Chapter 7: the weight as the FP8 forward GEMM read it
   OpPrecision op_{};  // the forward's decision
 };
 
