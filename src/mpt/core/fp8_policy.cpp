@@ -19,7 +19,14 @@ const char* const* fp8_recipe_names() { return kRecipes; }
 std::string fp8_recipe_choices() { return "delayed, current"; }
 
 std::string Fp8Policy::describe() const {
-  return "fp8:" + recipe_ + " (Linear GEMMs in FP8: e4m3 forward, e5m2 gradients; everything else bf16)";
+  const std::string scales =
+      recipe_ == "delayed"
+          ? "scales per layer and tensor from the amax history of earlier steps (1024 steps, max, margin 0), "
+            "updated after each step"
+          : "each tensor scaled by its own amax as it is quantized";
+  return "FP8, recipe " + recipe_ +
+         ": Linear layers' GEMMs in FP8 — x and W e4m3 forward, dy e5m2 backward (HYBRID), " + scales +
+         ", FP32 accumulation, bf16 out; every other op bf16, parameters FP32";
 }
 
 OpPrecision Fp8Policy::decide_op(const OpInfo& op, const OpQuery& q) const {

@@ -43,7 +43,7 @@ class Fp8Policy final : public Policy {
   explicit Fp8Policy(std::string recipe) : recipe_(std::move(recipe)) {}
   /// The recipe's name.
   const std::string& recipe() const { return recipe_; }
-  /// "fp8:delayed (linear GEMMs e4m3/e5m2, everything else bf16)".
+  /// "FP8, recipe delayed: Linear layers' GEMMs in FP8 — x and W e4m3 forward, dy e5m2 ...".
   std::string describe() const override;
 
  protected:
