@@ -170,3 +170,78 @@ TEST_CASE("fp8_gemm refuses what is not an FP8 product") {
   CHECK_THROWS_WITH_AS(mpt::fp8::fp8_gemm(e, Op::N, e, Op::T, DType::f32, &bias), doctest::Contains("bias"),
                        std::invalid_argument);
 }
+
+TEST_CASE("the MX GEMM: block scales along k, each element read exactly, the one order") {
+  // A [m, k] and B [n, k] quantized in blocks of 32 along k (k = 80: two full
+  // blocks and one of 16). Reference 1: the elements read back (code × 2^e,
+  // exact) in gemm_fma's order, bit for bit. Reference 2: the exact product
+  // in double, within gamma_{K+1} (K chain roundings and the bias's).
+  const std::int64_t m = 5, n = 4, k = 80;
+  std::vector<float> xa = values(static_cast<std::size_t>(m * k), 71),
+                     xb = values(static_cast<std::size_t>(n * k), 73);
+  xa[7] = 3000.0f;  // an outlier: only its own block's scale follows it
+  xb[40] = -1e-3f;  // a small block neighbour in B's second block
+  const std::vector<float> bias_v = values(static_cast<std::size_t>(n), 9);
+  const Tensor bias = Tensor::from_f32(bias_v.data(), {n}, DType::f32);
+  const double u = std::ldexp(1.0, -24);
+  for (const mpt::fp8::MxScaleRule rule : {mpt::fp8::MxScaleRule::floor, mpt::fp8::MxScaleRule::rceil}) {
+    const auto qa = mpt::fp8::quantize_mx(xa.data(), m, k, DType::e4m3, rule);
+    const auto qb = mpt::fp8::quantize_mx(xb.data(), n, k, DType::e4m3, rule);
+    REQUIRE(qa.scales.size() == static_cast<std::size_t>(m * 3));
+    const Tensor y = mpt::fp8::fp8_gemm_mx(qa, qb, DType::f32, &bias);
+    const std::vector<float> ra = mpt::fp8::dequantize(qa), rb = mpt::fp8::dequantize(qb);
+    std::vector<float> want(static_cast<std::size_t>(m * n));
+    mpt::gemm_fma(m, n, k, ra.data(), k, Op::N, rb.data(), k, Op::T, want.data(), n);
+    bool same = true;
+    double worst = 0;
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const auto at = static_cast<std::size_t>(i * n + j);
+        same = same && bits(y.f32_data()[at]) == bits(want[at] + bias_v[static_cast<std::size_t>(j)]);
+        // The exact product from codes and E8M0 exponents, in double.
+        double exact = bias_v[static_cast<std::size_t>(j)], mag = std::fabs(exact);
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          const auto ia = static_cast<std::size_t>(i * k + kk), ib = static_cast<std::size_t>(j * k + kk);
+          const double av = static_cast<double>(mpt::decode(qa.codes[ia], qa.spec())) /
+                            static_cast<double>(qa.scales[qa.scale_index(ia)]);
+          const double bv = static_cast<double>(mpt::decode(qb.codes[ib], qb.spec())) /
+                            static_cast<double>(qb.scales[qb.scale_index(ib)]);
+          exact += av * bv;
+          mag += std::fabs(av * bv);
+        }
+        const double gamma = static_cast<double>(k + 1) * u / (1.0 - static_cast<double>(k + 1) * u);
+        worst = std::max(worst, std::fabs(static_cast<double>(y.f32_data()[at]) - exact) / (gamma * mag));
+      }
+    CHECK(same);
+    CHECK(worst <= 1.0);
+  }
+  // Per-tensor scaling lets the outlier set the one scale of A: the rest of
+  // A loses bits it keeps under MX, and the product is further from x's.
+  const float sa = 448.0f / mpt::fp8::amax_of(xa.data(), xa.size());
+  const float sb = 448.0f / mpt::fp8::amax_of(xb.data(), xb.size());
+  const Tensor ta = Tensor::from_f32_scaled(xa.data(), {m, k}, DType::e4m3, sa);
+  const Tensor tb = Tensor::from_f32_scaled(xb.data(), {n, k}, DType::e4m3, sb);
+  const Tensor per_tensor = mpt::fp8::fp8_gemm(ta, Op::N, tb, Op::T, DType::f32);
+  const Tensor mx = mpt::fp8::fp8_gemm_mx(
+      mpt::fp8::quantize_mx(xa.data(), m, k, DType::e4m3, mpt::fp8::MxScaleRule::rceil),
+      mpt::fp8::quantize_mx(xb.data(), n, k, DType::e4m3, mpt::fp8::MxScaleRule::rceil), DType::f32);
+  double err_tensor = 0, err_mx = 0;
+  for (std::int64_t i = 1; i < m; ++i)  // rows without the outlier
+    for (std::int64_t j = 0; j < n; ++j) {
+      double exact = 0;
+      for (std::int64_t kk = 0; kk < k; ++kk)
+        exact += static_cast<double>(xa[static_cast<std::size_t>(i * k + kk)]) *
+                 static_cast<double>(xb[static_cast<std::size_t>(j * k + kk)]);
+      err_tensor += std::fabs(per_tensor.f32_data()[i * n + j] - exact);
+      err_mx += std::fabs(mx.f32_data()[i * n + j] - exact);
+    }
+  CHECK(err_mx < err_tensor);
+  // Refused: an operand without block scales, or different k.
+  const auto flat = mpt::fp8::quantize_with_scale(xa.data(), xa.size(), DType::e4m3, 1.0f);
+  const auto qa = mpt::fp8::quantize_mx(xa.data(), m, k, DType::e4m3, mpt::fp8::MxScaleRule::floor);
+  const auto short_b = mpt::fp8::quantize_mx(xb.data(), n, k - 8, DType::e4m3, mpt::fp8::MxScaleRule::floor);
+  CHECK_THROWS_WITH_AS(mpt::fp8::fp8_gemm_mx(flat, qa, DType::f32), doctest::Contains("block scales"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mpt::fp8::fp8_gemm_mx(qa, short_b, DType::f32), doctest::Contains("one k"),
+                       std::invalid_argument);
+}

@@ -56,4 +56,30 @@ Tensor fp8_gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, c
   return Tensor::from_f32(c.data(), {m, n}, out);
 }
 
+Tensor fp8_gemm_mx(const Fp8Tensor& a, const Fp8Tensor& b, DType out, const Tensor* bias) {
+  if (a.block == 0 || b.block == 0)
+    throw std::invalid_argument("MX GEMM: both operands need block scales (quantize_mx)");
+  if (a.cols != b.cols || a.block != b.block)
+    throw std::invalid_argument("MX GEMM: A is " + std::to_string(a.rows) + "x" + std::to_string(a.cols) +
+                                " in blocks of " + std::to_string(a.block) + ", B " + std::to_string(b.rows) +
+                                "x" + std::to_string(b.cols) + " in blocks of " + std::to_string(b.block) +
+                                "; C = A·Bᵀ needs one k and one block size");
+  const auto m = static_cast<std::int64_t>(a.rows), n = static_cast<std::int64_t>(b.rows),
+             k = static_cast<std::int64_t>(a.cols);
+  std::vector<float> bf;
+  if (bias != nullptr) {
+    if (bias->numel() != n)
+      throw std::invalid_argument("MX GEMM: the bias has " + std::to_string(bias->numel()) +
+                                  " elements, the product " + std::to_string(n) + " columns");
+    bf.resize(static_cast<std::size_t>(n));
+    bias->to_f32(bf.data());
+  }
+  const std::vector<float> av = dequantize(a), bv = dequantize(b);
+  std::vector<float> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
+  gemm_fma(m, n, k, av.data(), k, Op::N, bv.data(), k, Op::T, c.data(), n);
+  if (bias != nullptr)
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] += bf[i % static_cast<std::size_t>(n)];
+  return Tensor::from_f32(c.data(), {m, n}, out);
+}
+
 }  // namespace mpt::fp8

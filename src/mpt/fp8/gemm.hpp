@@ -2,7 +2,8 @@
 // operands with their per-tensor scales, FP32 accumulation, both descales
 // applied to the accumulator, one rounding into bf16, f16 or f32.
 // Depends on: nn/cpu/gemm.hpp (gemm_fma: the library's one summation order),
-// core/tensor.hpp (FP8 Tensors and their scales), quantize.hpp (fp8_spec).
+// core/tensor.hpp (FP8 Tensors and their scales), quantize.hpp (fp8_spec,
+// Fp8Tensor and dequantize for the MX GEMM).
 //
 // What an FP8 GEMM on Hopper (cuBLASLt with FP8 A and B, Transformer
 // Engine's te.Linear) computes, emulated on the CPU:
@@ -25,6 +26,7 @@
 
 #include "mpt/core/dtype.hpp"
 #include "mpt/core/tensor.hpp"
+#include "mpt/fp8/quantize.hpp"
 #include "mpt/nn/cpu/gemm.hpp"
 
 namespace mpt::fp8 {
@@ -44,5 +46,21 @@ std::vector<float> decode_codes(const Tensor& t);
 /// an operand that is not FP8, inner dimensions that differ or a bias of
 /// the wrong size.
 Tensor fp8_gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const Tensor* bias = nullptr);
+
+/// MX (block scales along k): C [m, n] = A · Bᵀ [+ bias], rounded once into
+/// `out`, where A (m × k) and B (n × k) are Fp8Tensors quantized with one
+/// scale per block of their rows (quantize_mx: the blocks run along k, the
+/// "TN" layout block-scaled tensor cores require; B is W as a Linear stores
+/// it, [out, in]). Each element is read as code × 2^e (its block's E8M0
+/// scale, dequantize()), exact in FP32 for every value a model produces
+/// (a read that would leave FP32's normal range — |code × 2^e| beyond FLT_MAX
+/// or below 2^-126 — is not exact, and no hardware result is claimed for
+/// it); then the products run in the one order, gemm_fma's chain over k.
+/// With exact reads, each product a·b is the block-scaled product
+/// (code_a·code_b)·2^(e_a+e_b) exactly, so this is the sum a block-scaled
+/// GEMM forms, in the library's order. std::invalid_argument for an operand
+/// without block scales, different k or block sizes, or a bias of the wrong
+/// size.
+Tensor fp8_gemm_mx(const Fp8Tensor& a, const Fp8Tensor& b, DType out, const Tensor* bias = nullptr);
 
 }  // namespace mpt::fp8
