@@ -305,7 +305,7 @@ void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "asks of a training run (master weights, a scaler) and where a preset comes from.");
   show->add_option("POLICY", a->policy,
                    "a policy string as mpt train takes it: f16, O1, autocast:cpu:bf16, mixed_float16, "
-                   "jmp:params=float32,compute=float16, f16+keep-f32:softmax, ...")
+                   "jmp:params=float32,compute=float16, f16+keep-f32:softmax, fp8:delayed, ...")
       ->required()
       ->type_name("POLICY");
   show->add_option("--inputs", a->inputs, "the dtype the ops' inputs arrive in: f32, f16 or bf16")
