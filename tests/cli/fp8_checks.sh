@@ -265,6 +265,9 @@ policy_show_and_trace)
   expect_rc 0
   expect_out_regex 'forward +fc2 +linear +x e4m3 4x32, weight e4m3 32x32, bias bf16 32 +f32 +y bf16 4x32'
   expect_out_regex 'backward +fc2 +linear +dy e5m2 4x32, x e4m3 4x32, weight e4m3 32x32 +f32 +dx bf16 4x32, weight.grad f32'
+  run "" trace --policy fp8:mx-rceil
+  expect_rc 0
+  expect_out_regex 'backward +fc2 +linear +dy e4m3 32x4, x e4m3 32x4, weight e4m3 32x32 +f32'
   run "" policy show bf16
   expect_rc 0
   grep -q 'Linear layer' "$OUT" && fail "policy show bf16 lists an FP8 row"

@@ -89,8 +89,11 @@ TEST_CASE("fp8:RECIPE: Linear GEMMs read e4m3, every other op bf16, parameters f
   CHECK(p->parameter_dtype("linear", "fc1") == DType::f32);
   CHECK(mpt::fp8_recipe_of_policy("fp8:current+fc3=f32") == "current");
   CHECK(mpt::fp8_recipe_of_policy("bf16") == "");
-  CHECK_THROWS_WITH_AS(mpt::parse_policy_string("fp8:sometimes"), doctest::Contains("delayed, current"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mpt::parse_policy_string("fp8:sometimes"),
+                       doctest::Contains("delayed, current, mx-floor, mx-rceil"), std::invalid_argument);
+  CHECK(
+      mpt::parse_policy_string("fp8:mx-rceil").make()->decide({"linear", "fc1", {DType::f32}, true}).input ==
+      DType::e4m3);
   // A rule takes a layer out of FP8: fc3 in f32 inside fp8:delayed.
   const auto ruled = mpt::parse_policy_string("fp8:delayed+fc3=f32").make();
   CHECK(ruled->decide({"linear", "fc3", {DType::f32, DType::f32}, true}).input == DType::f32);
@@ -161,6 +164,68 @@ TEST_CASE("an FP8 Linear is the fp8 tier's quantize and GEMM, forward and backwa
   CHECK(bwd);
 }
 
+TEST_CASE("an MX Linear: each GEMM's operands blocked along its own k, bit for bit") {
+  // k differs per GEMM: in = 40 forward, out = 36 for dx, B = 34 for dW —
+  // each over one full block of 32 and a short one, so a block along the
+  // wrong dimension would show.
+  const std::int64_t batch = 34, in = 40, out = 36;
+  const std::vector<float> w = ramp(static_cast<std::size_t>(out * in), 0.013f, 0.002f);
+  const std::vector<float> b = ramp(static_cast<std::size_t>(out), 0.1f, 0.05f);
+  const std::vector<float> xv = ramp(static_cast<std::size_t>(batch * in), 0.7f, 0.1f);
+  const std::vector<float> dyv = ramp(static_cast<std::size_t>(batch * out), 3e-4f, 1e-5f);
+  for (const char* recipe : {"mx-floor", "mx-rceil"}) {
+    INFO(recipe);
+    mpt::Linear lin(Tensor::from_f32(w.data(), {out, in}, DType::f32),
+                    Tensor::from_f32(b.data(), {out}, DType::f32));
+    lin.set_path("fc1");
+    mpt::Context ctx(mpt::parse_policy_string(std::string("fp8:") + recipe).make());
+    lin.apply_policy(ctx.policy());
+    mpt::fp8::Fp8LinearOptions o;
+    o.recipe = mpt::fp8::linear_recipe_named(recipe);
+    auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
+    lin.fp8 = state;
+    CHECK(state->dtype(Fp8Role::grad_output) == DType::e4m3);  // MXFP8: E4M3 throughout
+    const Tensor x = Tensor::from_f32(xv.data(), {batch, in}, DType::bf16);
+    const Tensor dy = Tensor::from_f32(dyv.data(), {batch, out}, DType::bf16);
+    const Tensor y = lin.forward(x, ctx);
+    const Tensor dx = lin.backward(dy, ctx);
+
+    const auto rule =
+        std::string(recipe) == "mx-floor" ? mpt::fp8::MxScaleRule::floor : mpt::fp8::MxScaleRule::rceil;
+    const auto mx = [rule](const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+      return mpt::fp8::quantize_mx(v.data(), static_cast<std::size_t>(rows), static_cast<std::size_t>(cols),
+                                   DType::e4m3, rule);
+    };
+    const auto t = [](const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+      std::vector<float> r(v.size());
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t j = 0; j < cols; ++j)
+          r[static_cast<std::size_t>(j * rows + i)] = v[static_cast<std::size_t>(i * cols + j)];
+      return r;
+    };
+    const std::vector<float> xr = values_of(x), dyr = values_of(dy);
+    const Tensor bias_bf16 = Tensor::from_f32(b.data(), {out}, DType::bf16);
+    const Tensor y_ref = mpt::fp8::fp8_gemm_mx(mx(xr, batch, in), mx(w, out, in), DType::bf16, &bias_bf16);
+    const Tensor dx_ref = mpt::fp8::fp8_gemm_mx(mx(dyr, batch, out), mx(t(w, out, in), in, out), DType::bf16);
+    const Tensor dw_ref = mpt::fp8::fp8_gemm_mx(mx(t(dyr, batch, out), out, batch),
+                                                mx(t(xr, batch, in), in, batch), DType::f32);
+    CHECK(same_bits(values_of(y), values_of(y_ref)));
+    CHECK(same_bits(values_of(dx), values_of(dx_ref)));
+    CHECK(same_bits(values_of(lin.weight.grad), values_of(dw_ref)));
+    // Not the per-tensor GEMM: the block scales change the products' bits.
+    const float sx = mpt::fp8::current_scale(mpt::fp8::amax_of(xr.data(), xr.size()), DType::e4m3);
+    const float sw = mpt::fp8::current_scale(mpt::fp8::amax_of(w.data(), w.size()), DType::e4m3);
+    const Tensor y_tensor =
+        mpt::fp8::fp8_gemm(quantized(xr, {batch, in}, DType::e4m3, sx), Op::N,
+                           quantized(w, {out, in}, DType::e4m3, sw), Op::T, DType::bf16, &bias_bf16);
+    CHECK_FALSE(same_bits(values_of(y), values_of(y_tensor)));
+    // What the layer keeps for backward: the columnwise codes of x and W.
+    std::size_t kept = 0;
+    for (const Tensor* k : lin.saved()) kept += k->bytes();
+    CHECK(kept == static_cast<std::size_t>(in * batch + in * out));
+  }
+}
+
 TEST_CASE("delayed scaling in a Linear: scale 1 first, then fp8_max / amax of the step before") {
   const std::int64_t batch = 4, in = 8, out = 3;
   const std::vector<float> w = ramp(static_cast<std::size_t>(out * in), 0.05f, 0.0f);
@@ -200,8 +265,8 @@ TEST_CASE("every Linear of the Transformer gets a state; the tied head stays bf1
   CHECK(bf16_linears == 1);  // the tied head
 }
 
-TEST_CASE("the MLP trains under fp8:delayed and fp8:current: the loss falls") {
-  for (const char* policy : {"fp8:delayed", "fp8:current"}) {
+TEST_CASE("the MLP trains under fp8:delayed, fp8:current and fp8:mx-rceil: the loss falls") {
+  for (const char* policy : {"fp8:delayed", "fp8:current", "fp8:mx-rceil"}) {
     INFO(policy);
     mpt::train::TrainRun run(run_config("mlp", policy, 60));
     double first = 0, last = 0;
@@ -250,6 +315,21 @@ TEST_CASE("checkpoints hold the delayed states by name, and a resume continues b
   }
   CHECK(resumed.masters_checksum() == straight.masters_checksum());
   CHECK(serialize_checkpoint(resumed.checkpoint()) == serialize_checkpoint(straight.checkpoint()));
+
+  // Current and MX scaling keep no state between steps: no fp8 tensors, and
+  // a resume is bit for bit all the same.
+  for (const char* policy : {"fp8:current", "fp8:mx-rceil"}) {
+    INFO(policy);
+    const mpt::train::RunConfig cc = run_config("mlp", policy, 6);
+    mpt::train::TrainRun whole(cc), part(cc), rest(cc);
+    for (int i = 0; i < 6; ++i) (void)whole.step();
+    for (int i = 0; i < 3; ++i) (void)part.step();
+    const mpt::train::Checkpoint ck = parse_checkpoint(serialize_checkpoint(part.checkpoint()));
+    for (const mpt::train::TensorRecord& t : ck.tensors) CHECK(t.name.rfind("fp8.", 0) != 0);
+    rest.restore(ck);
+    for (int i = 3; i < 6; ++i) (void)rest.step();
+    CHECK(rest.masters_checksum() == whole.masters_checksum());
+  }
 
   // A checkpoint without the FP8 state (a resume that drops it) is refused.
   mpt::train::Checkpoint dropped = saved;

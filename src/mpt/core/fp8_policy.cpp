@@ -10,22 +10,27 @@
 namespace mpt {
 
 namespace {
-constexpr const char* kRecipes[] = {"delayed", "current", nullptr};
+constexpr const char* kRecipes[] = {"delayed", "current", "mx-floor", "mx-rceil", nullptr};
 constexpr const char* kPrefix = "fp8:";
 }  // namespace
 
 const char* const* fp8_recipe_names() { return kRecipes; }
 
-std::string fp8_recipe_choices() { return "delayed, current"; }
+std::string fp8_recipe_choices() { return "delayed, current, mx-floor, mx-rceil"; }
 
 std::string Fp8Policy::describe() const {
   const std::string scales =
       recipe_ == "delayed"
-          ? "scales per layer and tensor from the amax history of earlier steps (1024 steps, max, margin 0), "
-            "updated after each step"
-          : "each tensor scaled by its own amax as it is quantized";
-  return "FP8, recipe " + recipe_ +
-         ": Linear layers' GEMMs in FP8 — x and W e4m3 forward, dy e5m2 backward (HYBRID), " + scales +
+          ? "scales per layer and tensor from the amax history of earlier steps (1024 steps, "
+            "max, margin 0), updated after each step"
+      : recipe_ == "current"
+          ? "each tensor scaled by its own amax as it is quantized"
+          : "one E8M0 scale per block of 32 along each GEMM's k (" +
+                std::string(recipe_ == "mx-floor" ? "OCP's FLOOR" : "NVIDIA's RCEIL") + " rule)";
+  const std::string formats = recipe_.rfind("mx-", 0) == 0
+                                  ? "x, W and dy e4m3 (MXFP8), "
+                                  : "x and W e4m3 forward, dy e5m2 backward (HYBRID), ";
+  return "FP8, recipe " + recipe_ + ": Linear layers' GEMMs in FP8 — " + formats + scales +
          ", FP32 accumulation, bf16 out; every other op bf16, parameters FP32";
 }
 
@@ -49,8 +54,10 @@ std::optional<NamedBase> fp8_named_base(const std::string& text) {
   NamedBase b{text, false, {}, {}};
   b.needs.scaler = "none";
   b.needs.origin = "Transformer Engine fp8_autocast with recipe " +
-                   std::string(recipe == "delayed" ? "DelayedScaling" : "Float8CurrentScaling") +
-                   " (Format.HYBRID) inside bf16: Linear GEMMs in FP8, FP32 parameters, no loss scaler";
+                   std::string(recipe == "delayed"   ? "DelayedScaling (Format.HYBRID)"
+                               : recipe == "current" ? "Float8CurrentScaling (Format.HYBRID)"
+                                                     : "MXFP8BlockScaling (Format.E4M3)") +
+                   " inside bf16: Linear GEMMs in FP8, FP32 parameters, no loss scaler";
   b.make = [recipe](const NamedBase::Regions&) { return std::make_shared<Fp8Policy>(recipe); };
   return b;
 }

@@ -16,7 +16,7 @@
 //    quantizes its weight from the master every step (TE with FP32
 //    parameters), other ops cast their parameters to bf16 where they read
 //    them (the weight cast cache).
-// The recipe (delayed, current) is not the policy's business: the policy
+// The recipe (delayed, current, mx-floor, mx-rceil) is not the policy's business: the policy
 // names where FP8 is; the per-layer scaling state (fp8/linear_scaling.hpp)
 // decides the scales. No loss scaler: TE trains FP8 under bf16 without one,
 // the per-tensor scale of the output gradient taking the loss scale's place.
@@ -31,9 +31,9 @@
 
 namespace mpt {
 
-/// The recipes `fp8:RECIPE` names: "delayed", "current".
+/// The recipes `fp8:RECIPE` names: "delayed", "current", "mx-floor", "mx-rceil".
 const char* const* fp8_recipe_names();
-/// "delayed, current" — for messages.
+/// "delayed, current, mx-floor, mx-rceil" — for messages.
 std::string fp8_recipe_choices();
 
 /// The policy of `fp8:RECIPE` (see the top of the file).

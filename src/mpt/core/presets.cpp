@@ -116,7 +116,7 @@ std::string apex_origin(const ApexLevel& l) {
 
 std::string named_base_choices() {
   return "O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY, "
-         "fp8:delayed|current";
+         "fp8:delayed|current|mx-floor|mx-rceil";
 }
 
 namespace {

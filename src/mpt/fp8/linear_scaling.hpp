@@ -6,13 +6,21 @@
 // nn/module.hpp (visit), core/fp8_policy.hpp (the recipe of a policy).
 //
 // Per Linear, one scale per tensor role, the format HYBRID (E4M3 for the
-// input and the weight, E5M2 for the output gradient):
+// input and the weight, E5M2 for the output gradient), or MX block scales:
 //  - delayed: a DelayedScaling per role (TE's defaults: margin 0, history
 //    1024, max). Each quantization uses the role's scale and records the
 //    tensor's amax; Fp8Training::update(), after every step's backward,
 //    updates every state once, as TE's fused update does after each pass.
 //  - current: each tensor quantized with the scale of its own amax
 //    (current_scale: TE's Float8CurrentScaling, power_2_scale off, epsilon 0).
+//  - mx-floor, mx-rceil: TE's MXFP8BlockScaling — every tensor E4M3 (its
+//    default format: block scales need no E5M2 range), one E8M0 scale per
+//    block of 32 along the reduction dimension of each GEMM, by OCP's FLOOR
+//    or NVIDIA's RCEIL rule. Each GEMM needs its operands blocked along its
+//    own k, so forward quantizes x and W twice, along rows (for y = x·Wᵀ)
+//    and along columns (xᵀ for dW, Wᵀ for dx), as TE's MXFP8 tensors keep a
+//    rowwise and a columnwise copy; backward quantizes dy along rows (dx)
+//    and columns (dyᵀ for dW). fp8_gemm_mx runs them.
 // The states are a run's state: a checkpoint stores each delayed state's
 // history and scale (train/run.cpp), and a resume without them would start
 // from scale 1 and an empty history — another run.
@@ -20,6 +28,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,10 +42,12 @@ namespace mpt::fp8 {
 
 /// The recipes of fp8:RECIPE.
 enum class LinearRecipe : std::uint8_t {
-  delayed,  ///< DelayedScaling per role
-  current,  ///< Float8CurrentScaling: each tensor's own amax
+  delayed,   ///< DelayedScaling per role
+  current,   ///< Float8CurrentScaling: each tensor's own amax
+  mx_floor,  ///< MXFP8 block scales, OCP's FLOOR rule
+  mx_rceil,  ///< MXFP8 block scales, NVIDIA's RCEIL rule (TE's)
 };
-/// "delayed" | "current"; std::invalid_argument naming both otherwise.
+/// "delayed" | "current" | "mx-floor" | "mx-rceil"; std::invalid_argument naming them otherwise.
 LinearRecipe linear_recipe_named(std::string_view name);
 
 /// A Linear's recipe and its options (TE's defaults).
@@ -47,34 +58,50 @@ struct Fp8LinearOptions {
   CurrentScalingOptions current;                ///< current's options
 };
 
-/// One Linear's FP8 state and GEMM (the LinearFp8 seam).
+/// One Linear's FP8 state and GEMMs (the LinearFp8 seam).
 class Fp8LinearScaling final : public LinearFp8 {
  public:
   /// Fresh states (scale 1, zero histories).
   explicit Fp8LinearScaling(const Fp8LinearOptions& options);
-  /// e4m3 for input and weight; grad_output e5m2 under HYBRID, e4m3 under E4M3.
-  DType dtype(Fp8Role role) const override;
-  /// x's values (as read) quantized with the role's scale, saturating.
-  Tensor quantize(const Tensor& x, Fp8Role role) override;
-  /// fp8_gemm.
-  Tensor gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, DType out,
-              const Tensor* bias) override;
-  /// Delayed: every role's DelayedScaling::update(); current: nothing.
+  /// e4m3 for input and weight; grad_output e5m2 under HYBRID (per-tensor
+  /// recipes), e4m3 under E4M3 and MX.
+  DType dtype(Fp8Role role) const;
+  /// dtype(Fp8Role::input).
+  DType forward_dtype() const override { return dtype(Fp8Role::input); }
+  /// See LinearFp8::forward.
+  Forward forward(const Tensor& x, const Tensor& w, const Tensor& bias, DType out) override;
+  /// See LinearFp8::backward.
+  Backward backward(const Tensor& dy, bool need_dx, DType dx_dtype) override;
+  /// Per-tensor: x and W in FP8; MX: the codes of their columnwise copies.
+  std::vector<const Tensor*> saved() const override;
+  /// x's values (as read) quantized with the role's per-tensor scale,
+  /// saturating (std::logic_error under MX).
+  Tensor quantize(const Tensor& x, Fp8Role role);
+  /// Delayed: every role's DelayedScaling::update(); otherwise nothing.
   void update();
   /// The recipe's options.
   const Fp8LinearOptions& options() const { return options_; }
-  /// The role's delayed state (std::logic_error under current scaling).
+  /// Whether the recipe scales per block (MX).
+  bool block_scaled() const;
+  /// The role's delayed state (std::logic_error under any other recipe).
   DelayedScaling& state(Fp8Role role);
-  /// The scale the role's last quantization used (1 before the first).
+  /// The per-tensor scale the role's last quantization used (1 before the first; MX: 1).
   float last_scale(Fp8Role role) const { return last_scale_[static_cast<std::size_t>(role)]; }
   /// What happened to the role's values, summed over every quantization.
   const Fp8Counts& counts(Fp8Role role) const { return counts_[static_cast<std::size_t>(role)]; }
 
  private:
+  Fp8Tensor quantize_blocks(const std::vector<float>& v, std::int64_t rows, std::int64_t cols, Fp8Role role);
+
   Fp8LinearOptions options_;
   std::vector<DelayedScaling> states_;  // delayed: input, weight, grad_output
   std::array<float, 3> last_scale_{1.0f, 1.0f, 1.0f};
   std::array<Fp8Counts, 3> counts_{};
+  // What forward keeps for backward: per-tensor, x and W in FP8; MX, the
+  // columnwise copies xᵀ and Wᵀ (and their codes as Tensors, for saved()).
+  Tensor x8_, w8_;
+  Fp8Tensor xt_, wt_;
+  Tensor xt_codes_, wt_codes_;  // Tensor::borrowing views of xt_'s and wt_'s codes
 };
 
 /// The roles, in checkpoint order.

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "mpt/core/random.hpp"
+#include "mpt/core/trace.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
@@ -28,20 +30,37 @@ const char* fp8_role_name(Fp8Role r);
 
 /// Chapter 7: how a Linear runs its GEMMs in FP8 — the seam through which
 /// the fp8 tier (above this one) gives a Linear its scaling state and its
-/// FP8 GEMM (fp8/linear_scaling.hpp implements it). A Linear whose policy
-/// answer reads an FP8 dtype calls it; without one it refuses to run.
+/// FP8 GEMMs (fp8/linear_scaling.hpp implements it: per-tensor scales or MX
+/// block scales). A Linear whose policy answer reads an FP8 dtype calls it;
+/// without one it refuses to run.
 class LinearFp8 {
  public:
   virtual ~LinearFp8() = default;
-  /// The dtype tensors of `role` are stored in (HYBRID: e4m3 forward, e5m2 grad_output).
-  virtual DType dtype(Fp8Role role) const = 0;
-  /// x (any dtype) quantized for `role`: an FP8 Tensor of dtype(role) with
-  /// its per-tensor scale, the amax recorded as the recipe wants.
-  virtual Tensor quantize(const Tensor& x, Fp8Role role) = 0;
-  /// op(a) · op(b) of two FP8 tensors with scales, FP32 accumulation, both
-  /// descales applied, the bias (if any) added, rounded once into `out`.
-  virtual Tensor gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, DType out,
-                      const Tensor* bias) = 0;
+  /// The dtype the forward GEMM reads x and W in (the policy's answer must be it).
+  virtual DType forward_dtype() const = 0;
+  /// What a forward did: y and the operands as its GEMM read them (for the trace).
+  struct Forward {
+    Tensor y;            ///< [B, out] in the output dtype
+    TracedValue x;       ///< x as the GEMM read it (dtype, shape, bytes with its scales)
+    TracedValue weight;  ///< W likewise
+  };
+  /// y = x·Wᵀ + bias with x (any dtype) and W (the FP32 master) quantized,
+  /// FP32 accumulation, `bias` added to the descaled accumulator, y rounded
+  /// once into `out`. Keeps what backward() needs.
+  virtual Forward forward(const Tensor& x, const Tensor& w, const Tensor& bias, DType out) = 0;
+  /// What a backward did.
+  struct Backward {
+    Tensor dx;              ///< [B, in] in dx_dtype (empty unless asked for)
+    std::vector<float> dw;  ///< [out, in] in FP32
+    TracedValue dy;         ///< dy as the GEMMs read it
+    TracedValue x;          ///< x as the weight-gradient GEMM read it
+    TracedValue weight;     ///< W as the input-gradient GEMM read it
+  };
+  /// dx = dy·W (when need_dx, rounded into dx_dtype) and dW = dyᵀ·x as FP8
+  /// GEMMs, dy quantized here, x and W as the last forward kept them.
+  virtual Backward backward(const Tensor& dy, bool need_dx, DType dx_dtype) = 0;
+  /// What the last forward kept for backward (the byte count of saved()).
+  virtual std::vector<const Tensor*> saved() const = 0;
 };
 
 /// torch.nn.Linear(in_features, out_features): weight [out, in], bias [out].
@@ -68,7 +87,7 @@ class Linear final : public Module {
   /// The input as the GEMM read it (kept for dW), and under FP8 the weight's
   /// FP8 copy (kept for dx).
   std::vector<const Tensor*> saved() const override {
-    if (w8_.numel() > 0) return {&x_, &w8_};
+    if (fp8_ran_ && fp8) return fp8->saved();
     return {&x_};
   }
   /// Names the parameters "<path>.weight" and "<path>.bias".
@@ -91,9 +110,10 @@ class Linear final : public Module {
   Tensor forward_fp8(const Tensor& x, Context& ctx);
   Tensor backward_fp8(const Tensor& dy, Context& ctx);
 
-  Tensor x_;          // the input as the forward GEMM read it
-  Tensor w8_;         // Chapter 7: the weight as the FP8 forward GEMM read it
-  OpPrecision op_{};  // the forward's decision
+  Tensor x_;              // the input as the forward GEMM read it
+  bool fp8_ran_ = false;  // Chapter 7: the last forward ran through fp8 (which keeps what backward needs)
+  std::int64_t fp8_batch_ = 0;  // ... with a batch of this many rows
+  OpPrecision op_{};            // the forward's decision
 };
 
 }  // namespace mpt
