@@ -267,7 +267,17 @@ policy_show_and_trace)
   expect_out_regex 'backward +fc2 +linear +dy e5m2 4x32, x e4m3 4x32, weight e4m3 32x32 +f32 +dx bf16 4x32, weight.grad f32'
   run "" trace --policy fp8:mx-rceil
   expect_rc 0
-  expect_out_regex 'backward +fc2 +linear +dy e4m3 32x4, x e4m3 32x4, weight e4m3 32x32 +f32'
+  expect_out_regex 'backward +fc2 +linear +dy e4m3 4x32, x e4m3 4x32, weight e4m3 32x32 +f32'
+  # The cost model reads the layer's shapes from it: every Linear's FLOPs
+  # under MX are those under per-tensor scaling.
+  flops() { awk '$3 == "linear" && $4 ~ /^[0-9]+$/ { print $1, $2, $5 }' "$OUT"; }
+  run "" trace --policy fp8:mx-rceil --gpu h100-sxm
+  expect_rc 0
+  mx=$(flops)
+  run "" trace --policy fp8:delayed --gpu h100-sxm
+  expect_rc 0
+  [ -n "$mx" ] && [ "$mx" = "$(flops)" ] || fail "the Linears' FLOPs differ under MX: $mx"
+  [ "$(printf '%s\n' "$mx" | wc -l)" -eq 6 ] || fail "expected 6 Linear rows in the cost table, got: $mx"
   run "" policy show bf16
   expect_rc 0
   grep -q 'Linear layer' "$OUT" && fail "policy show bf16 lists an FP8 row"

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -40,12 +41,18 @@ std::vector<float> values_of(const Tensor& t) {
   return v;
 }
 
-// An MX operand as the trace shows it: its codes and its E8M0 scales.
-TracedValue traced_mx(std::string name, const Fp8Tensor& q) {
-  return {std::move(name),
-          q.dtype,
-          {static_cast<std::int64_t>(q.rows), static_cast<std::int64_t>(q.cols)},
-          q.codes.size() + q.e8m0.size()};
+// An MX operand as the trace shows it: in its logical shape (x [B, in],
+// W [out, in], dy [B, out], whichever copy a GEMM read, so the cost model
+// sees the layer's shapes), its bytes those of the copies read, codes and
+// E8M0 scales.
+TracedValue traced_mx(std::string name, Shape logical, std::initializer_list<const Fp8Tensor*> copies) {
+  std::size_t bytes = 0;
+  DType d = DType::e4m3;
+  for (const Fp8Tensor* q : copies) {
+    bytes += q->codes.size() + q->e8m0.size();
+    d = q->dtype;
+  }
+  return {std::move(name), d, std::move(logical), bytes};
 }
 
 }  // namespace
@@ -122,7 +129,7 @@ LinearFp8::Forward Fp8LinearScaling::forward(const Tensor& x, const Tensor& w, c
   xt_codes_ = Tensor::borrowing(xt_.codes.data(), {in, batch}, xt_.dtype);
   wt_codes_ = Tensor::borrowing(wt_.codes.data(), {in, outs}, wt_.dtype);
   Tensor y = fp8_gemm_mx(xq, wq, out, &bias);
-  return {std::move(y), traced_mx("x", xq), traced_mx("weight", wq)};
+  return {std::move(y), traced_mx("x", {batch, in}, {&xq}), traced_mx("weight", {outs, in}, {&wq})};
 }
 
 LinearFp8::Backward Fp8LinearScaling::backward(const Tensor& dy, bool need_dx, DType dx_dtype) {
@@ -143,13 +150,15 @@ LinearFp8::Backward Fp8LinearScaling::backward(const Tensor& dy, bool need_dx, D
   const Fp8Tensor dyt = quantize_blocks(transposed(dyv, batch, outs), outs, batch, Fp8Role::grad_output);
   const Tensor dw = fp8_gemm_mx(dyt, xt_, DType::f32);
   g.dw.assign(dw.f32_data(), dw.f32_data() + dw.numel());
-  g.dy = traced_mx("dy", dyt);
+  g.dy = traced_mx("dy", {batch, outs}, {&dyt});
   if (need_dx) {  // dx [B, in] = dy·W: k = out, so dy [B, out] against Wᵀ [in, out]
     const Fp8Tensor dyq = quantize_blocks(dyv, batch, outs, Fp8Role::grad_output);
     g.dx = fp8_gemm_mx(dyq, wt_, dx_dtype);
+    g.dy = traced_mx("dy", {batch, outs}, {&dyt, &dyq});
   }
-  g.x = traced_mx("x", xt_);
-  g.weight = traced_mx("weight", wt_);
+  const auto in = static_cast<std::int64_t>(xt_.rows);
+  g.x = traced_mx("x", {batch, in}, {&xt_});
+  g.weight = traced_mx("weight", {outs, in}, {&wt_});
   return g;
 }
 
