@@ -87,6 +87,20 @@ int cmd_policy_show(const PolicyShowArgs& a) {
       r.refused = e.what();
     }
     rows.push_back(std::move(r));
+    // Chapter 7: a GEMM that can run in FP8 (a Linear layer) may hear
+    // another answer than F.linear: shown as a row of its own where it does.
+    if (op.name == "linear") {
+      ShownOp g;
+      g.op = "linear (Linear layer)";
+      g.runs = true;
+      try {
+        mpt::OpQuery q{op.name, "", query_inputs(op, x, *policy), true};
+        g.d = policy->decide(q);
+      } catch (const std::invalid_argument& e) {
+        g.refused = e.what();
+      }
+      if (g.refused.empty() && mpt::is_fp8(g.d.input)) rows.push_back(std::move(g));
+    }
   }
   const mpt::PolicyNeeds needs = spec.needs();
   // --model: the model's traced step under the policy, made before anything
@@ -291,7 +305,7 @@ void add_policy_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
       "asks of a training run (master weights, a scaler) and where a preset comes from.");
   show->add_option("POLICY", a->policy,
                    "a policy string as mpt train takes it: f16, O1, autocast:cpu:bf16, mixed_float16, "
-                   "jmp:params=float32,compute=float16, f16+keep-f32:softmax, ...")
+                   "jmp:params=float32,compute=float16, f16+keep-f32:softmax, fp8:delayed, ...")
       ->required()
       ->type_name("POLICY");
   show->add_option("--inputs", a->inputs, "the dtype the ops' inputs arrive in: f32, f16 or bf16")

@@ -29,6 +29,7 @@
 #include "mpt/core/policy_string.hpp"
 #include "mpt/core/random.hpp"
 #include "mpt/core/trace.hpp"
+#include "mpt/fp8/linear_scaling.hpp"
 #include "mpt/nn/models/mlp.hpp"
 #include "mpt/nn/models/model_factory.hpp"
 #include "mpt/nn/models/transformer.hpp"
@@ -119,6 +120,7 @@ struct Setup {
   mpt::MlpConfig config;  // the MLP's; for the CNN only dtype, policy and seed are read
   std::int64_t batch = 0;
   std::uint64_t seed = 0;
+  std::string policy_text;  // Chapter 7: the canonical policy string, when one was given (fp8:RECIPE)
 };
 
 Setup setup_of(const TraceArgs& a) {
@@ -174,6 +176,7 @@ Setup setup_of(const TraceArgs& a) {
     paths.emplace_back("loss");
     mpt::cli::invalid_argument_is_usage_error([&] { mpt::check_patterns_select(spec, paths); });
     s.config.policy = spec.make();
+    s.policy_text = spec.text();
     return s;
   }
   std::vector<std::string> keep, keep_ops;
@@ -215,7 +218,11 @@ std::unique_ptr<mpt::Model> make_model(const Setup& s) {
     m.mlp_sizes = s.config.sizes;
     m.mlp_activation = s.config.activation;
   }
-  return mpt::make_model(m);
+  std::unique_ptr<mpt::Model> model = mpt::make_model(m);
+  // Chapter 7: under fp8:RECIPE each Linear gets its scaling state (the
+  // Linears keep it; the traced step quantizes with the fresh scales of 1).
+  (void)mpt::fp8::attach_fp8(*model, s.policy_text);
+  return model;
 }
 
 std::string sizes_text(const std::vector<int>& sizes) {

@@ -588,14 +588,17 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
        "BASE[+keep-f32:OP[,OP...]][+keep-f32-layers:PATH[,PATH...]][+PATTERN=DTYPE...]"
        "[+PATTERN=autocast-off|autocast-on...]; BASE a dtype (f32, bf16, f16) or a preset: O0-O3 (apex), "
        "mixed_float16, mixed_bfloat16 (Keras), autocast:cuda[:f16|bf16], autocast:cpu[:bf16|f16], "
-       "jmp:POLICY; PATTERN a layer path with * and ** that must select a layer of the model (the last rule "
+       "jmp:POLICY, fp8:delayed|current|mx-floor|mx-rceil (Linear GEMMs in FP8, Transformer Engine's "
+       "recipes); PATTERN a "
+       "layer path with * and ** that must select a layer of the model (the last rule "
        "that covers a layer wins); e.g. f16+keep-f32:layer_norm, f16+block*.mlp=f32, O1 (required; "
        "`mpt policy show P` explains one)")
       ->type_name("P");
   t->add_option(
        "--scaler", a->scaler,
        "dynamic (a GradScaler, PyTorch's defaults), static:S (a constant scale S > 0, never skips) or "
-       "none (required, unless the policy is a preset that names one: O0-O3, mixed_float16; then it "
+       "none (required, unless the policy is a preset that names one: O0-O3, mixed_float16, fp8:* (none); "
+       "then it "
        "overrides the preset's)")
       ->type_name("S");
   t->add_option("--optimizer", a->optimizer,

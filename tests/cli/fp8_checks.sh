@@ -251,6 +251,38 @@ help_lists_fp8)
   [ ! -s "$ERR" ] || fail "help wrote to stderr"
   ;;
 
+policy_show_and_trace)
+  # fp8:delayed: a Linear layer's GEMM reads e4m3, F.linear and the rest bf16,
+  # no scaler; the traced step's Linears read e4m3 forward and dy e5m2 backward.
+  run "" policy show fp8:delayed
+  expect_rc 0
+  expect_out_regex '^linear \(Linear layer\) +- +e4m3 +f32 +bf16$'
+  expect_out_regex '^linear +- +bf16 +f32 +bf16$'
+  expect_out_regex '^layer_norm +- +bf16 +f32 +bf16$'
+  expect_out "asks a run for: FP32 master weights, scaler none"
+  expect_out "dy e5m2 backward (HYBRID)"
+  run "" trace --policy fp8:current
+  expect_rc 0
+  expect_out_regex 'forward +fc2 +linear +x e4m3 4x32, weight e4m3 32x32, bias bf16 32 +f32 +y bf16 4x32'
+  expect_out_regex 'backward +fc2 +linear +dy e5m2 4x32, x e4m3 4x32, weight e4m3 32x32 +f32 +dx bf16 4x32, weight.grad f32'
+  run "" trace --policy fp8:mx-rceil
+  expect_rc 0
+  expect_out_regex 'backward +fc2 +linear +dy e4m3 4x32, x e4m3 4x32, weight e4m3 32x32 +f32'
+  # The cost model reads the layer's shapes from it: every Linear's FLOPs
+  # under MX are those under per-tensor scaling.
+  flops() { awk '$3 == "linear" && $4 ~ /^[0-9]+$/ { print $1, $2, $5 }' "$OUT"; }
+  run "" trace --policy fp8:mx-rceil --gpu h100-sxm
+  expect_rc 0
+  mx=$(flops)
+  run "" trace --policy fp8:delayed --gpu h100-sxm
+  expect_rc 0
+  [ -n "$mx" ] && [ "$mx" = "$(flops)" ] || fail "the Linears' FLOPs differ under MX: $mx"
+  [ "$(printf '%s\n' "$mx" | wc -l)" -eq 6 ] || fail "expected 6 Linear rows in the cost table, got: $mx"
+  run "" policy show bf16
+  expect_rc 0
+  grep -q 'Linear layer' "$OUT" && fail "policy show bf16 lists an FP8 row"
+  ;;
+
 *)
   echo "unknown case $CASE"
   exit 2

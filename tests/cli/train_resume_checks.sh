@@ -4,9 +4,10 @@
 # and checkpoint checks; the case exits 77, Skipped, without it), and the
 # test hook MPT_TRAIN_KILL_AT of src/mpt/train/test_hooks.hpp.
 #
-# Usage: train_resume_checks.sh PATH/TO/mpt MODEL. For one model (mlp, cnn,
+# Usage: train_resume_checks.sh PATH/TO/mpt CASE. For one model (mlp, cnn,
 # transformer; f16 with a dynamic GradScaler, so the scaler's state is part
-# of what must survive): an uninterrupted run with checkpoints, then for each
+# of what must survive; mlp_fp8: the MLP under fp8:delayed, whose FP8 scaling
+# state must survive): an uninterrupted run with checkpoints, then for each
 # kill point a fresh run killed there (status 137, SIGKILL), the directory
 # checked (complete checkpoints only, plus at most one temporary), and
 # `--resume` until done; its JSON step records (the whole run), its masters'
@@ -24,9 +25,16 @@ case "$CASE" in
 mlp) RUN=(--model mlp --data synthetic --steps 20000 --every 1000); K=(3500 5000 9000 13000 17000) ;;
 cnn) RUN=(--model cnn --data digits --steps 120 --every 10); K=(25 40 60 80 100) ;;
 transformer) RUN=(--model transformer --data text --steps 12 --every 2); K=(3 4 6 8 10) ;;
+# Chapter 7: FP8 Linears under delayed scaling, whose amax histories and
+# scales are state a resume must restore (no scaler: fp8:RECIPE has none).
+mlp_fp8) RUN=(--model mlp --data synthetic --steps 4000 --every 250); K=(700 1250 2000 2750 3500) ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
-RUN+=(--policy f16 --scaler dynamic --json)
+if [ "$CASE" = mlp_fp8 ]; then
+  RUN+=(--policy fp8:delayed --scaler none --json)
+else
+  RUN+=(--policy f16 --scaler dynamic --json)
+fi
 [ "${RUN[4]}" = --steps ] || { echo "bad case table"; exit 2; }
 LAST=$(printf 'ckpt-%09d.mpt' "${RUN[5]}")
 
@@ -90,6 +98,10 @@ run "$WORK/ref"
 expect_rc 0
 cp "$OUT" "$WORK/ref.json"
 [ -f "$WORK/ref/$LAST" ] || fail "the uninterrupted run wrote no $LAST"
+if [ "$CASE" = mlp_fp8 ]; then
+  grep -aq 'fp8.amax_history/fc1.input' "$WORK/ref/$LAST" && grep -aq 'fp8.scale/fc3.grad_output' "$WORK/ref/$LAST" ||
+    fail "the fp8:delayed checkpoint holds no FP8 scaling state"
+fi
 
 i=0
 for point in "step:${K[0]}" "checkpoint:${K[1]}:partial" "checkpoint:${K[2]}:before-fsync" \

@@ -32,6 +32,11 @@ OpPrecision Context::decide(std::string_view op, std::string_view path, std::vec
   return policy_->decide(OpQuery{op, path, std::move(inputs)});
 }
 
+OpPrecision Context::decide_fp8_gemm(std::string_view op, std::string_view path,
+                                     std::vector<DType> inputs) const {
+  return policy_->decide(OpQuery{op, path, std::move(inputs), true});
+}
+
 Tensor Context::cast(const Tensor& x, DType d, std::string_view path, Phase phase, const std::string& name) {
   if (x.dtype() == d && !x.scale()) return x;
   Tensor y = x.to(d);

@@ -42,6 +42,8 @@ class Context {
   const std::shared_ptr<const Policy>& shared_policy() const { return policy_; }
   /// The precision of one op call (Policy::decide).
   OpPrecision decide(std::string_view op, std::string_view path, std::vector<DType> inputs) const;
+  /// Chapter 7: the same, for a GEMM that can run in FP8 (OpQuery::fp8_gemm).
+  OpPrecision decide_fp8_gemm(std::string_view op, std::string_view path, std::vector<DType> inputs) const;
 
   /// `x` in dtype d at the boundary of the op at `path`: x itself (no copy)
   /// when it already is d, else x rounded into d — counted, and traced as

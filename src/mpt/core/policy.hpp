@@ -28,6 +28,11 @@ struct OpQuery {
   std::string_view op;        ///< PyTorch's op name, e.g. "linear" (see known_ops())
   std::string_view path;      ///< the layer's path in its model, e.g. "fc1"
   std::vector<DType> inputs;  ///< the dtypes the op's floating inputs arrive in
+  /// Chapter 7: the op is a GEMM that can run in FP8 with scales (a Linear
+  /// layer, Transformer Engine's te.Linear); an FP8 policy gives only such
+  /// an op FP8 inputs, every other op (the tied head's F.linear too) its
+  /// surrounding precision.
+  bool fp8_gemm = false;
 };
 
 /// A policy's answer. A GPU computes in `compute` and rounds only where it

@@ -12,7 +12,8 @@
 //     DTYPE   := a dtype name: f32, bf16, f16, e4m3, e5m2 (dtype_names())
 //     NAMED   := Chapter 6's presets (presets.hpp): "autocast:" DEVICE [":" DTYPE],
 //                O0 | O1 | O2 | O3 (apex), mixed_float16 | mixed_bfloat16 (Keras),
-//                "jmp:" a jmp policy string (jmp's own grammar)
+//                "jmp:" a jmp policy string (jmp's own grammar),
+//                "fp8:" RECIPE, RECIPE delayed | current | mx-floor | mx-rceil (Chapter 7)
 //     CLAUSE  := "keep-f32:" OP ( "," OP )*             ops by PyTorch name
 //              | "keep-f32-layers:" PATH ( "," PATH )*  layers by path
 //              | PATTERN "=" DTYPE                      layers by pattern (Chapter 6)
@@ -97,6 +98,11 @@ struct NamedBase {
 /// nullopt when `text` is none (a dtype, or unknown). Throws
 /// std::invalid_argument, one line, for a malformed autocast: or jmp: text.
 std::optional<NamedBase> named_base(const std::string& text);
+/// Chapter 7: the named policy "fp8:RECIPE" (RECIPE delayed, current, mx-floor, mx-rceil),
+/// or nullopt when `text` does not start with "fp8:". Throws
+/// std::invalid_argument, one line, for an unknown recipe. Declared here,
+/// for named_base(); defined in fp8_policy.cpp.
+std::optional<NamedBase> fp8_named_base(const std::string& text);
 /// The names named_base() knows, for messages: "O0-O3, mixed_float16, ...".
 std::string named_base_choices();
 

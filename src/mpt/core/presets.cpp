@@ -115,7 +115,8 @@ std::string apex_origin(const ApexLevel& l) {
 }  // namespace
 
 std::string named_base_choices() {
-  return "O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY";
+  return "O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY, "
+         "fp8:delayed|current|mx-floor|mx-rceil";
 }
 
 namespace {
@@ -135,6 +136,7 @@ NamedBase::Make without_regions(F build) {
 }  // namespace
 
 std::optional<NamedBase> named_base(const std::string& text) {
+  if (std::optional<NamedBase> fp8 = fp8_named_base(text)) return fp8;  // Chapter 7
   for (const ApexLevel& l : apex_levels()) {
     if (text != l.name) continue;
     NamedBase b{l.name, l.patch_torch_functions, {}, {}};

@@ -50,6 +50,22 @@ DelayedScaling::DelayedScaling(DType dtype, const DelayedScalingOptions& options
   history_.assign(options.amax_history_len, 0.0f);
 }
 
+void DelayedScaling::restore(float scale, const std::vector<float>& history) {
+  if (history.size() != history_.size())
+    throw std::invalid_argument("DelayedScaling: a saved amax history of " + std::to_string(history.size()) +
+                                " entries, this state's amax_history_len is " +
+                                std::to_string(history_.size()));
+  for (const float a : history)
+    if (!(a >= 0.0f))
+      throw std::invalid_argument("DelayedScaling: a saved amax history holds " + std::to_string(a) +
+                                  "; an amax is >= 0");
+  if (!(std::isfinite(scale) && scale > 0.0f))
+    throw std::invalid_argument("DelayedScaling: a saved scale of " + std::to_string(scale) +
+                                "; a scale is finite and > 0");
+  history_ = history;
+  scale_ = scale;
+}
+
 void DelayedScaling::record_amax(float amax) { history_[0] = amax_step(history_[0], amax); }
 
 Fp8Tensor DelayedScaling::quantize(const float* x, std::size_t n, bool saturate) {

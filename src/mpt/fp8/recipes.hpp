@@ -118,6 +118,13 @@ class DelayedScaling {
   /// torch.max propagates a NaN where fmaxf ignores it.
   void update();
 
+  /// Chapter 7's checkpoints: take a saved state back — the scale and the
+  /// history (amax_history() as it was saved). std::invalid_argument, one
+  /// line, for a history of another length than amax_history_len, an entry
+  /// that is negative or NaN, or a scale that is not finite and > 0; nothing
+  /// changes then.
+  void restore(float scale, const std::vector<float>& history);
+
  private:
   DType dtype_;
   DelayedScalingOptions options_;

@@ -137,4 +137,9 @@ Tensor Sequential::backward_impl(const Tensor& dy, Context& ctx) {
   return g;
 }
 
+void Sequential::visit(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& [name, child] : children_) child->visit(f);
+}
+
 }  // namespace mpt

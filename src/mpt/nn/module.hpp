@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ class Module {
   /// Give each parameter the model-copy dtype `policy` says (the
   /// Policy::parameter_dtype of this layer's op at its path).
   virtual void apply_policy(const Policy& policy) { (void)policy; }
+  /// Chapter 7: call f on this module, then on every module inside it (a
+  /// Sequential's children, attention's projections), depth first, in order.
+  virtual void visit(const std::function<void(Module&)>& f) { f(*this); }
   /// The tensors the last forward kept for backward.
   virtual std::vector<const Tensor*> saved() const { return {}; }
   /// Chapter 6: the paths of the parts this module runs that are not
@@ -136,6 +140,8 @@ class Sequential : public Module {
 
   std::vector<Parameter*> parameters() override;
   void apply_policy(const Policy& policy) override;
+  /// This container, then each child's visit().
+  void visit(const std::function<void(Module&)>& f) override;
   std::vector<const Tensor*> saved() const override;
   void set_path(std::string path) override;
 

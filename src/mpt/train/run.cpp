@@ -1,9 +1,11 @@
-// Chapters 05 onwards — one training run (see run.hpp): Chapter 4's runs,
-// data-parallel over ranks since Chapter 5 (which is why this file is tagged 05).
+// Chapters 07 onwards — one training run (see run.hpp): Chapter 4's runs,
+// data-parallel over ranks since Chapter 5, with FP8 Linear layers since
+// Chapter 7 (which is why this file is tagged 07).
 // Depends on: run.hpp, checkpoint.hpp; the nn tier (the model factory,
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
 // (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the dist tier
-// (DistributedDataParallel, ShardedOptimizer, the found-inf reduction), the formats tier
+// (DistributedDataParallel, ShardedOptimizer, the found-inf reduction), the fp8
+// tier (the Linear layers' scaling state under fp8:RECIPE), the formats tier
 // (shortest_decimal), the core tier (Policy, the policy string, Rng).
 #include "mpt/train/run.hpp"
 
@@ -27,6 +29,7 @@
 #include "mpt/dist/ddp.hpp"
 #include "mpt/dist/sharded.hpp"
 #include "mpt/formats/explain.hpp"
+#include "mpt/fp8/linear_scaling.hpp"
 #include "mpt/nn/data/data.hpp"
 #include "mpt/nn/data/text_data.hpp"
 #include "mpt/nn/layers/batch_norm.hpp"
@@ -169,6 +172,8 @@ struct TrainRun::Impl {
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<dist::ShardedOptimizer> zero;
   std::vector<std::size_t> local_index;  // per parameter: its index in the local optimizer (sharded)
+  // Chapter 7: under fp8:RECIPE, every Linear's scaling state (null otherwise).
+  std::unique_ptr<fp8::Fp8Training> fp8;
 
   int rank() const { return parallel.comm ? parallel.comm->rank() : 0; }
   int world() const { return parallel.comm ? parallel.comm->size() : 1; }
@@ -200,6 +205,11 @@ struct TrainRun::Impl {
     paths.emplace_back("loss");  // where the run's loss asks
     check_patterns_select(spec, paths);
     if (!spec.needs().master_weights) net->set_master_weights(MasterWeights::none);
+    fp8 = fp8::attach_fp8(*net, config.policy);
+    if (fp8 && parallel.comm != nullptr)
+      bad_config("policy " + config.policy +
+                 ": FP8 training runs on one rank here (the ranks would have to share their amaxes, as "
+                 "Transformer Engine reduces them over the data-parallel group)");
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
     if (parallel.comm != nullptr) {
       const std::int64_t rows = lm != nullptr ? kTextBatch : kBatch;
@@ -300,6 +310,10 @@ struct TrainRun::Impl {
       parallel.comm->all_reduce(&mean, 1, DType::f32, dist::ReduceOp::sum);
       r.loss = mean;
     }
+    // Chapter 7: every delayed scale updated from this step's amaxes, as
+    // Transformer Engine does after each pass (the step's own quantizations
+    // used the scales of earlier steps).
+    if (fp8) fp8->update();
     bool stepped = true;
     if (fixed) {
       stepped = fixed->step(*opt);
@@ -352,6 +366,24 @@ struct TrainRun::Impl {
     return have != 0.0f;
   }
 
+  // Chapter 7: each delayed scaling state as two named tensors,
+  // "fp8.amax_history/<path>.<role>" and "fp8.scale/<path>.<role>", layer
+  // by layer in visit() order, roles in kFp8Roles order (none for current
+  // scaling, which keeps no state between steps).
+  std::vector<TensorRecord> fp8_records() const {
+    std::vector<TensorRecord> out;
+    if (!fp8 || fp8->options().recipe != fp8::LinearRecipe::delayed) return out;
+    for (const fp8::Fp8Training::Layer& l : fp8->layers())
+      for (const Fp8Role r : fp8::kFp8Roles) {
+        const fp8::DelayedScaling& s = l.fp8->state(r);
+        const std::string name = l.path + "." + fp8_role_name(r);
+        const auto len = static_cast<std::int64_t>(s.amax_history().size());
+        out.push_back({"fp8.amax_history/" + name, {len}, s.amax_history()});
+        out.push_back({"fp8.scale/" + name, {1}, {s.scale()}});
+      }
+    return out;
+  }
+
   // The tensors and counters of a checkpoint, in order (momentum: whether
   // SGD's buffers are included).
   Checkpoint snapshot() const {
@@ -370,6 +402,7 @@ struct TrainRun::Impl {
       if (bn->running_var.numel() > 0) add("running_var/" + path, bn->running_var);
       c.counters.emplace_back("num_batches_tracked/" + path, bn->num_batches_tracked);
     }
+    for (const TensorRecord& t : fp8_records()) c.tensors.push_back(t);
     if (have_momentum()) {
       const auto m = full_state([this](std::size_t i) { return sgd_local->momentum_buffers()[i]; });
       for (std::size_t i = 0; i < params.size(); ++i)
@@ -449,6 +482,21 @@ struct TrainRun::Impl {
       const TensorRecord* v = nb.second->running_var.numel() > 0 ? &tensor() : nullptr;
       stats.emplace_back(m, v);
     }
+    // Chapter 7: the FP8 states, tried on copies.
+    std::vector<fp8::DelayedScaling> fp8_states;
+    if (fp8 && fp8->options().recipe == fp8::LinearRecipe::delayed)
+      for (const fp8::Fp8Training::Layer& l : fp8->layers())
+        for (const Fp8Role r : fp8::kFp8Roles) {
+          const TensorRecord& history = tensor();
+          const TensorRecord& scale = tensor();
+          fp8::DelayedScaling trial = l.fp8->state(r);
+          try {
+            trial.restore(scale.values.at(0), history.values);
+          } catch (const std::invalid_argument& e) {
+            bad_config("checkpoint tensor " + history.name + ": " + e.what());
+          }
+          fp8_states.push_back(std::move(trial));
+        }
     const auto to_matrix = [](const TensorRecord& t) {
       MatrixF m(1, static_cast<Eigen::Index>(t.values.size()));
       std::copy(t.values.begin(), t.values.end(), m.data());
@@ -498,6 +546,11 @@ struct TrainRun::Impl {
       if (stats[i].first) bn.running_mean.assign(stats[i].first->values.data(), bn.running_mean.numel());
       if (stats[i].second) bn.running_var.assign(stats[i].second->values.data(), bn.running_var.numel());
       bn.num_batches_tracked = c.counters[i].second;
+    }
+    if (!fp8_states.empty()) {
+      std::size_t j = 0;
+      for (const fp8::Fp8Training::Layer& l : fp8->layers())
+        for (const Fp8Role r : fp8::kFp8Roles) l.fp8->state(r) = fp8_states[j++];
     }
     if (sgd_local) sgd_local->set_momentum_buffers(owned(std::move(moments)));
     if (adamw_local) adamw_local->set_state(adam_steps, owned(std::move(m1)), owned(std::move(m2)));

@@ -66,6 +66,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -219,6 +220,11 @@ class MultiHeadSelfAttention final : public Module {
   /// Sets the projections' paths "<path>.q", ... (and their parameter names).
   void set_path(std::string path) override;
   /// The projections' paths: "<path>.q", "<path>.k", "<path>.v", "<path>.out".
+  /// This layer, then its four projections (Chapter 7: FP8 reaches them).
+  void visit(const std::function<void(Module&)>& f) override {
+    f(*this);
+    for (Linear* p : {&q, &k, &v, &out}) p->visit(f);
+  }
   std::vector<std::string> inner_paths() const override { return {q.path(), k.path(), v.path(), out.path()}; }
 
  protected:

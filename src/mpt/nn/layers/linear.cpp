@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mpt/formats/rounding.hpp"
 #include "mpt/nn/cpu/gemm.hpp"
@@ -64,8 +65,10 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   if (x.dim() != 2 || x.size(1) != weight.master.size(1))
     throw std::invalid_argument(weight.name + ": x is " + shape_string(x.shape()) +
                                 " but the layer takes [B, " + std::to_string(weight.master.size(1)) + "]");
-  op_ = ctx.decide("linear", path(), {x.dtype(), weight.weights().dtype()});
+  op_ = ctx.decide_fp8_gemm("linear", path(), {x.dtype(), weight.weights().dtype()});
   require_f32_linear(op_);
+  fp8_ran_ = is_fp8(op_.input);
+  if (fp8_ran_) return forward_fp8(x, ctx);
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
   const Tensor b = bias.read(op_.input, ctx, path(), Phase::forward, "bias");
@@ -87,8 +90,9 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
 }
 
 Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
-  const std::int64_t batch = x_.size(0), out = weight.master.size(0);
+  const std::int64_t batch = fp8_ran_ ? fp8_batch_ : x_.size(0), out = weight.master.size(0);
   require_shape("dy", dy_out.shape(), {batch, out});
+  if (fp8_ran_) return backward_fp8(dy_out, ctx);
   // The backward GEMMs read dy in the forward's input dtype, like x and W.
   const Tensor dy = ctx.cast(dy_out, op_.input, path(), Phase::backward, "dy");
   const Tensor w = weight.read(op_.input, ctx, path(), Phase::backward, "weight");
@@ -127,6 +131,68 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
     ctx.record(std::move(e));
   }
   return dx;
+}
+
+// --- Chapter 7: the FP8 GEMMs ---------------------------------------------------------
+
+const char* fp8_role_name(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::input: return "input";
+    case Fp8Role::weight: return "weight";
+    case Fp8Role::grad_output: return "grad_output";
+  }
+  return "?";
+}
+
+// y = x·Wᵀ + b through the layer's FP8 state: x and W (the FP32 master,
+// the policy's model copy) quantized there, the bias read in the output
+// dtype and added to the descaled FP32 accumulator.
+Tensor Linear::forward_fp8(const Tensor& x, Context& ctx) {
+  if (!fp8)
+    throw std::invalid_argument(weight.name + ": the policy asks for an FP8 GEMM (" +
+                                std::string(dtype_name(op_.input)) +
+                                ") but the layer has no FP8 scaling state (fp8::attach_fp8)");
+  if (fp8->forward_dtype() != op_.input)
+    throw std::invalid_argument(weight.name + ": the policy reads " + std::string(dtype_name(op_.input)) +
+                                " but the FP8 recipe stores the input in " +
+                                std::string(dtype_name(fp8->forward_dtype())));
+  x_ = Tensor();  // the FP8 state keeps its own copies
+  x_f32_.reset();
+  w_f32_.reset();
+  w_read_ = Tensor();
+  fp8_batch_ = x.size(0);
+  const Tensor b = bias.read(op_.output, ctx, path(), Phase::forward, "bias");
+  LinearFp8::Forward f = fp8->forward(x, weight.master, b, op_.output);
+  if (ctx.tracing())
+    ctx.record({Phase::forward,
+                path(),
+                "linear",
+                {f.x, f.weight, traced("bias", b)},
+                op_.compute,
+                {traced("y", f.y)}});
+  return std::move(f.y);
+}
+
+// dx = dy·W and dW = dyᵀ·x as FP8 GEMMs in the layer's FP8 state; db = Σ_B
+// dy in FP32 from dy as it arrived (not from its FP8 copy). dW and db are
+// added into the FP32 grads as FP32 (the master was read).
+Tensor Linear::backward_fp8(const Tensor& dy_out, Context& ctx) {
+  LinearFp8::Backward g = fp8->backward(dy_out, input_grad(), op_.output);
+  require_shape(weight.name + ".grad", weight.grad.shape(), weight.master.shape());
+  weight.accumulate_grad(g.dw.data(), static_cast<std::int64_t>(g.dw.size()), DType::f32);
+  const F32Matrix dyf(dy_out);
+  MatrixF db = dyf.map().colwise().sum();
+  bias.accumulate_grad(db.data(), db.size(), DType::f32);
+  if (ctx.tracing()) {
+    TraceEntry e{Phase::backward, path(), "linear", {g.dy, g.x, g.weight}, op_.compute, {}};
+    if (input_grad()) e.outputs.push_back(traced("dx", g.dx));
+    e.outputs.push_back({"weight.grad", DType::f32, weight.master.shape(),
+                         static_cast<std::size_t>(weight.master.numel()) * bytes_per_element(DType::f32)});
+    e.outputs.push_back({"bias.grad", DType::f32, bias.master.shape(),
+                         static_cast<std::size_t>(bias.master.numel()) * bytes_per_element(DType::f32)});
+    ctx.record(std::move(e));
+  }
+  return std::move(g.dx);
 }
 
 }  // namespace mpt
