@@ -1,0 +1,157 @@
+// Chapter 07 — FP8 training: quantize into the caller's buffers, the
+// portable loops and the choice of the AVX2 ones.
+// Depends on: quantize_raw.hpp, quantize_raw_impl.hpp (the AVX2 primitives), formats/cpu_dispatch.hpp
+// (use_avx2), formats/explain.hpp (shortest_decimal, for messages).
+#include "mpt/fp8/quantize_raw.hpp"
+#include "mpt/fp8/quantize_raw_impl.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "mpt/formats/cpu_dispatch.hpp"
+#include "mpt/formats/explain.hpp"
+
+namespace mpt::fp8 {
+namespace {
+
+void check_scale(float scale) {
+  if (!(std::isfinite(scale) && scale > 0.0f))
+    throw std::invalid_argument("FP8 quantization: the scale must be finite and > 0, got " +
+                                shortest_decimal(scale));
+}
+
+constexpr const char* kNoAvx2 =
+    "FP8 quantization: Implementation::avx2 asked for, but this CPU or build has no AVX2";
+
+}  // namespace
+
+float quantize_into(const float* x, std::size_t n, DType d, float scale, bool saturate, std::uint8_t* codes,
+                    Fp8Counts& counts, Implementation impl) {
+  const FormatSpec& f = fp8_spec(d);
+  check_scale(scale);
+#if defined(MPT_HAVE_AVX2_PATH)
+  if (mpt::detail::use_avx2(impl, kNoAvx2))
+    return detail::quantize_into_avx2(x, n, f, scale, saturate, codes, counts);
+#else
+  (void)mpt::detail::use_avx2(impl, kNoAvx2);
+#endif
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Fp8Element e = quantize_element(x[i], scale, f, saturate);
+    codes[i] = e.code;
+    counts.add(e.outcome);
+    amax = amax_step(amax, x[i]);
+  }
+  return amax;
+}
+
+void quantize_mx_into(const float* x, std::size_t rows, std::size_t cols, DType d, MxScaleRule rule,
+                      bool saturate, std::uint8_t* codes, std::uint8_t* e8m0, float* block_amax,
+                      Fp8Counts& counts, Implementation impl) {
+  const FormatSpec& f = fp8_spec(d);
+  if (rule != MxScaleRule::floor && rule != MxScaleRule::rceil)
+    throw std::invalid_argument("MX quantization: unknown scale rule; valid: floor, rceil");
+#if defined(MPT_HAVE_AVX2_PATH)
+  if (mpt::detail::use_avx2(impl, kNoAvx2)) {
+    detail::quantize_mx_into_avx2(x, rows, cols, f, rule, saturate, codes, e8m0, block_amax, counts);
+    return;
+  }
+#else
+  (void)mpt::detail::use_avx2(impl, kNoAvx2);
+#endif
+  const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t b = 0; b < per_row; ++b) {
+      const std::size_t begin = r * cols + b * kMxBlockSize;
+      const std::size_t count = std::min(kMxBlockSize, cols - b * kMxBlockSize);
+      const float amax = amax_of(x + begin, count);
+      const std::uint8_t code = mx_scale_code(amax, f, rule);
+      const float scale = e8m0_reciprocal(code);
+      e8m0[r * per_row + b] = code;
+      if (block_amax != nullptr) block_amax[r * per_row + b] = amax;
+      for (std::size_t i = begin; i < begin + count; ++i) {
+        const Fp8Element e = quantize_element(x[i], scale, f, saturate);
+        codes[i] = e.code;
+        counts.add(e.outcome);
+      }
+    }
+}
+
+#if defined(MPT_HAVE_AVX2_PATH)
+namespace detail {
+
+namespace {
+
+constexpr std::size_t kTile = 2048;  // floats per tile: 8 KiB of scaled values, in L1
+
+Fp8Finish finish_params(const FormatSpec& f, bool saturate) {
+  Fp8Finish k{};
+  k.spec = f;
+  k.saturate = saturate;
+  const std::uint32_t exp_ones = ((1u << f.exponent_bits) - 1u) << f.mantissa_bits;
+  // E4M3 (no inf): only S.1111.111 is NaN; IEEE-style E5M2: the exponent field all ones.
+  k.nonfinite_mask = f.has_inf() ? exp_ones : 0x7fu;
+  k.nonfinite_value = k.nonfinite_mask;
+  k.max_code = encode_exact(format_max(f), f);
+  return k;
+}
+
+void add(Fp8Counts& counts, const RawCounts& c, bool saturate) {
+  (saturate ? counts.saturated : counts.overflowed) += c.beyond;
+  counts.nan += c.nan;
+  counts.flushed += c.flushed;
+}
+
+}  // namespace
+
+float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
+                         std::uint8_t* codes, Fp8Counts& counts) {
+  const Fp8Finish k = finish_params(f, saturate);
+  RawCounts c;
+  float amax = 0.0f;
+  alignas(32) float v[kTile];
+  for (std::size_t i = 0; i < n; i += kTile) {
+    const std::size_t m = std::min(kTile, n - i);
+    amax = amax_step(amax, amax_avx2(x + i, m));
+    scale_avx2(x + i, scale, v, m);
+    finish_avx2(x + i, v, codes + i, m, k, c);
+  }
+  add(counts, c, saturate);
+  return amax;
+}
+
+void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
+                           MxScaleRule rule, bool saturate, std::uint8_t* codes, std::uint8_t* e8m0,
+                           float* block_amax, Fp8Counts& counts) {
+  const Fp8Finish k = finish_params(f, saturate);
+  const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
+  RawCounts c;
+  alignas(32) float v[kTile];
+  float amax[kTile / kMxBlockSize];
+  // A row in tiles of whole blocks (the last tile of a row ends with its
+  // short block, if any): the tile's block amaxes, their scales, the scaled
+  // values, then the codes.
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c0 = 0; c0 < cols; c0 += kTile) {
+      const std::size_t m = std::min(kTile, cols - c0), begin = r * cols + c0;
+      const std::size_t blocks = (m + kMxBlockSize - 1) / kMxBlockSize,
+                        first = r * per_row + c0 / kMxBlockSize;
+      block_amax_avx2(x + begin, m, amax);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::uint8_t code = mx_scale_code(amax[b], f, rule);
+        e8m0[first + b] = code;
+        if (block_amax != nullptr) block_amax[first + b] = amax[b];
+        const std::size_t off = b * kMxBlockSize;
+        scale_avx2(x + begin + off, e8m0_reciprocal(code), v + off, std::min(kMxBlockSize, m - off));
+      }
+      finish_avx2(x + begin, v, codes + begin, m, k, c);
+    }
+  add(counts, c, saturate);
+}
+
+}  // namespace detail
+#endif
+
+}  // namespace mpt::fp8
