@@ -81,20 +81,27 @@ void quantize_mx_into(const float* x, std::size_t rows, std::size_t cols, DType 
 
 #if defined(MPT_HAVE_AVX2_PATH)
 namespace detail {
-
 namespace {
 
-constexpr std::size_t kTile = 2048;  // floats per tile: 8 KiB of scaled values, in L1
+// Values per call of the AVX2 loops: their lane counters are 32-bit, and an
+// MX tile's scales and amaxes live on the stack.
+constexpr std::size_t kChunk = std::size_t{1} << 24;
+constexpr std::size_t kTile = 2048;
 
-Fp8Finish finish_params(const FormatSpec& f, bool saturate) {
-  Fp8Finish k{};
-  k.spec = f;
-  k.saturate = saturate;
-  const std::uint32_t exp_ones = ((1u << f.exponent_bits) - 1u) << f.mantissa_bits;
-  // E4M3 (no inf): only S.1111.111 is NaN; IEEE-style E5M2: the exponent field all ones.
-  k.nonfinite_mask = f.has_inf() ? exp_ones : 0x7fu;
-  k.nonfinite_value = k.nonfinite_mask;
+Fp8Encode encode_params(const FormatSpec& f, bool saturate) {
+  Fp8Encode k{};
+  k.mantissa_bits = f.mantissa_bits;
+  k.min_normal = mpt::detail::bits_of(mpt::detail::pow2f(f.emin()));
+  k.subnormal_scale = mpt::detail::pow2f(f.mantissa_bits - f.emin());
+  k.rebias = static_cast<std::uint32_t>(127 - f.bias) << f.mantissa_bits;
   k.max_code = encode_exact(format_max(f), f);
+  // Beyond max without saturation: round_to_format's NaN (E4M3) or inf (E5M2).
+  k.overflow_code =
+      encode_exact(round_to_format(mpt::detail::float_of(0x7f800000u), f, RoundingMode::nearest_even,
+                                   OverflowMode::infinity, SubnormalMode::keep),
+                   f);
+  k.nan_code = encode_exact(mpt::detail::float_of(0x7fc00000u), f);
+  k.saturate = saturate;
   return k;
 }
 
@@ -108,15 +115,12 @@ void add(Fp8Counts& counts, const RawCounts& c, bool saturate) {
 
 float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
                          std::uint8_t* codes, Fp8Counts& counts) {
-  const Fp8Finish k = finish_params(f, saturate);
+  const Fp8Encode k = encode_params(f, saturate);
   RawCounts c;
   float amax = 0.0f;
-  alignas(32) float v[kTile];
-  for (std::size_t i = 0; i < n; i += kTile) {
-    const std::size_t m = std::min(kTile, n - i);
-    amax = amax_step(amax, amax_avx2(x + i, m));
-    scale_avx2(x + i, scale, v, m);
-    finish_avx2(x + i, v, codes + i, m, k, c);
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::min(kChunk, n - i);
+    amax = amax_step(amax, quantize_tensor_avx2(x + i, m, scale, codes + i, k, c));
   }
   add(counts, c, saturate);
   return amax;
@@ -125,14 +129,14 @@ float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, flo
 void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
                            MxScaleRule rule, bool saturate, std::uint8_t* codes, std::uint8_t* e8m0,
                            float* block_amax, Fp8Counts& counts) {
-  const Fp8Finish k = finish_params(f, saturate);
+  const Fp8Encode k = encode_params(f, saturate);
   const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
   RawCounts c;
-  alignas(32) float v[kTile];
-  float amax[kTile / kMxBlockSize];
-  // A row in tiles of whole blocks (the last tile of a row ends with its
-  // short block, if any): the tile's block amaxes, their scales, the scaled
-  // values, then the codes.
+  float amax[kTile / kMxBlockSize], scales[kTile / kMxBlockSize];
+  // A row in tiles of whole blocks (a row's last tile ends with its short
+  // block, if any): the tile's block amaxes (one pass, from memory), their
+  // E8M0 codes and scales (here, by mx_scale_code), then the codes (a
+  // second pass, over a tile the first left in L1).
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c0 = 0; c0 < cols; c0 += kTile) {
       const std::size_t m = std::min(kTile, cols - c0), begin = r * cols + c0;
@@ -142,11 +146,10 @@ void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, c
       for (std::size_t b = 0; b < blocks; ++b) {
         const std::uint8_t code = mx_scale_code(amax[b], f, rule);
         e8m0[first + b] = code;
+        scales[b] = e8m0_reciprocal(code);
         if (block_amax != nullptr) block_amax[first + b] = amax[b];
-        const std::size_t off = b * kMxBlockSize;
-        scale_avx2(x + begin + off, e8m0_reciprocal(code), v + off, std::min(kMxBlockSize, m - off));
       }
-      finish_avx2(x + begin, v, codes + begin, m, k, c);
+      quantize_blocks_avx2(x + begin, m, scales, codes + begin, k, c);
     }
   add(counts, c, saturate);
 }

@@ -12,34 +12,35 @@
 #if defined(MPT_HAVE_AVX2_PATH)
 namespace mpt::fp8::detail {
 
-/// What turns the codes of a non-saturating rounding into quantize_element's
-/// codes and outcomes: plain numbers, computed by the caller, so that the
-/// AVX2 file calls no inline function of a shared header.
-struct Fp8Finish {
-  FormatSpec spec;                ///< the element format
-  std::uint32_t nonfinite_mask;   ///< (code & 0x7f & mask) == value: the code is NaN or ±inf
-  std::uint32_t nonfinite_value;  ///< see nonfinite_mask
-  std::uint32_t max_code;         ///< the code of +max
-  bool saturate;                  ///< clamp what lies beyond ±max to ±max
+/// An FP8 format's encode as plain numbers, computed by the caller, so that
+/// the AVX2 file calls no inline function of a shared header.
+struct Fp8Encode {
+  int mantissa_bits;            ///< m: 3 (E4M3) or 2 (E5M2)
+  std::uint32_t min_normal;     ///< the fp32 bits of 2^emin, the smallest normal
+  float subnormal_scale;        ///< 2^(m − emin): a subnormal's code is |v| × this, rounded
+  std::uint32_t rebias;         ///< (127 − bias) << m: fp32's exponent field to the format's
+  std::uint32_t max_code;       ///< the code of +max (E4M3 0x7E, E5M2 0x7B)
+  std::uint32_t overflow_code;  ///< +beyond without saturation: NaN (E4M3 0x7F) or inf (E5M2 0x7C)
+  std::uint32_t nan_code;       ///< the canonical +NaN (E4M3 0x7F, E5M2 0x7E)
+  bool saturate;                ///< clamp what lies beyond ±max to ±max
 };
 
-/// Outcomes counted by finish_avx2 (beyond: saturated or overflowed).
+/// Outcomes counted by the AVX2 loops (beyond: saturated or overflowed).
 struct RawCounts {
   std::size_t beyond = 0;   ///< beyond ±max after rounding, or ±inf
   std::size_t nan = 0;      ///< NaN values
   std::size_t flushed = 0;  ///< non-zero x whose code is ±0
 };
 
-/// max |x[i]|, NaN ignored, 0 for n = 0 (amax_of's value).
-float amax_avx2(const float* x, std::size_t n);
-/// amax_avx2 of each run of 32 values of x[0..n) (the last may be shorter) into amax[].
+/// codes[i] = quantize_element(x[i], scale, f, saturate).code for i < n,
+/// outcomes counted into c; returns max |x[i]| with NaN ignored (0 for n = 0).
+float quantize_tensor_avx2(const float* x, std::size_t n, float scale, std::uint8_t* codes,
+                           const Fp8Encode& k, RawCounts& c);
+/// amax of each run of 32 values of x[0..n) (the last may be shorter) into amax[].
 void block_amax_avx2(const float* x, std::size_t n, float* amax);
-/// v[i] = x[i] × scale, one fp32 rounding each.
-void scale_avx2(const float* x, float scale, float* v, std::size_t n);
-/// codes[i] = quantize_element(x[i], scale, spec, saturate).code given v[i]
-/// = x[i] × scale, and the outcomes counted into c.
-void finish_avx2(const float* x, const float* v, std::uint8_t* codes, std::size_t n, const Fp8Finish& k,
-                 RawCounts& c);
+/// The same encode, run b of 32 values (the last may be shorter) with scales[b].
+void quantize_blocks_avx2(const float* x, std::size_t n, const float* scales, std::uint8_t* codes,
+                          const Fp8Encode& k, RawCounts& c);
 
 /// quantize_into's AVX2 path (arguments already checked).
 float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
