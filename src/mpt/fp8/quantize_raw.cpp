@@ -83,16 +83,14 @@ void quantize_mx_into(const float* x, std::size_t rows, std::size_t cols, DType 
 namespace detail {
 namespace {
 
-// Values per call of the AVX2 loops: their lane counters are 32-bit, and an
-// MX tile's scales and amaxes live on the stack.
+// Values per call of the per-tensor AVX2 loop: its lane counters are 32-bit.
 constexpr std::size_t kChunk = std::size_t{1} << 24;
-constexpr std::size_t kTile = 2048;
 
 Fp8Encode encode_params(const FormatSpec& f, bool saturate) {
   Fp8Encode k{};
   k.mantissa_bits = f.mantissa_bits;
   k.min_normal = mpt::detail::bits_of(mpt::detail::pow2f(f.emin()));
-  k.subnormal_scale = mpt::detail::pow2f(f.mantissa_bits - f.emin());
+  k.subnormal_magic = mpt::detail::pow2f(f.emin() - f.mantissa_bits + 23);
   k.rebias = static_cast<std::uint32_t>(127 - f.bias) << f.mantissa_bits;
   k.max_code = encode_exact(format_max(f), f);
   // Beyond max without saturation: round_to_format's NaN (E4M3) or inf (E5M2).
@@ -102,6 +100,8 @@ Fp8Encode encode_params(const FormatSpec& f, bool saturate) {
                    f);
   k.nan_code = encode_exact(mpt::detail::float_of(0x7fc00000u), f);
   k.saturate = saturate;
+  k.emax = f.emax();
+  k.max_norm_rcp = static_cast<float>(1.0 / static_cast<double>(format_max(f)));  // as mx_scale_code
   return k;
 }
 
@@ -132,25 +132,9 @@ void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, c
   const Fp8Encode k = encode_params(f, saturate);
   const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
   RawCounts c;
-  float amax[kTile / kMxBlockSize], scales[kTile / kMxBlockSize];
-  // A row in tiles of whole blocks (a row's last tile ends with its short
-  // block, if any): the tile's block amaxes (one pass, from memory), their
-  // E8M0 codes and scales (here, by mx_scale_code), then the codes (a
-  // second pass, over a tile the first left in L1).
   for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c0 = 0; c0 < cols; c0 += kTile) {
-      const std::size_t m = std::min(kTile, cols - c0), begin = r * cols + c0;
-      const std::size_t blocks = (m + kMxBlockSize - 1) / kMxBlockSize,
-                        first = r * per_row + c0 / kMxBlockSize;
-      block_amax_avx2(x + begin, m, amax);
-      for (std::size_t b = 0; b < blocks; ++b) {
-        const std::uint8_t code = mx_scale_code(amax[b], f, rule);
-        e8m0[first + b] = code;
-        scales[b] = e8m0_reciprocal(code);
-        if (block_amax != nullptr) block_amax[first + b] = amax[b];
-      }
-      quantize_blocks_avx2(x + begin, m, scales, codes + begin, k, c);
-    }
+    quantize_mx_row_avx2(x + r * cols, cols, rule == MxScaleRule::floor, codes + r * cols, e8m0 + r * per_row,
+                         block_amax != nullptr ? block_amax + r * per_row : nullptr, k, c);
   add(counts, c, saturate);
 }
 

@@ -17,12 +17,14 @@ namespace mpt::fp8::detail {
 struct Fp8Encode {
   int mantissa_bits;            ///< m: 3 (E4M3) or 2 (E5M2)
   std::uint32_t min_normal;     ///< the fp32 bits of 2^emin, the smallest normal
-  float subnormal_scale;        ///< 2^(m − emin): a subnormal's code is |v| × this, rounded
+  float subnormal_magic;        ///< 2^(emin − m + 23): |v| + this rounds |v| to the subnormal step
   std::uint32_t rebias;         ///< (127 − bias) << m: fp32's exponent field to the format's
   std::uint32_t max_code;       ///< the code of +max (E4M3 0x7E, E5M2 0x7B)
   std::uint32_t overflow_code;  ///< +beyond without saturation: NaN (E4M3 0x7F) or inf (E5M2 0x7C)
   std::uint32_t nan_code;       ///< the canonical +NaN (E4M3 0x7F, E5M2 0x7E)
   bool saturate;                ///< clamp what lies beyond ±max to ±max
+  int emax;                     ///< the format's largest exponent (E4M3 8, E5M2 15): FLOOR's offset
+  float max_norm_rcp;           ///< fp32(1 / max): RCEIL's factor
 };
 
 /// Outcomes counted by the AVX2 loops (beyond: saturated or overflowed).
@@ -36,11 +38,12 @@ struct RawCounts {
 /// outcomes counted into c; returns max |x[i]| with NaN ignored (0 for n = 0).
 float quantize_tensor_avx2(const float* x, std::size_t n, float scale, std::uint8_t* codes,
                            const Fp8Encode& k, RawCounts& c);
-/// amax of each run of 32 values of x[0..n) (the last may be shorter) into amax[].
-void block_amax_avx2(const float* x, std::size_t n, float* amax);
-/// The same encode, run b of 32 values (the last may be shorter) with scales[b].
-void quantize_blocks_avx2(const float* x, std::size_t n, const float* scales, std::uint8_t* codes,
-                          const Fp8Encode& k, RawCounts& c);
+/// One row of an MX matrix: each run of 32 values of x[0..cols) (the last
+/// may be shorter) gets its amax (NaN ignored), its E8M0 code by the rule
+/// (floor_rule: FLOOR, else RCEIL; mx_scale_code's value) and its codes;
+/// e8m0[b] and, if not null, block_amax[b] are written.
+void quantize_mx_row_avx2(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
+                          std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c);
 
 /// quantize_into's AVX2 path (arguments already checked).
 float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
