@@ -137,8 +137,8 @@ constexpr std::size_t kPrefetch = 512;
 template <int Shift>
 float tensor_loop(const float* x, std::size_t n, float scale, std::uint8_t* codes, const Consts& kc,
                   RawCounts& c) {
-  const Consts k =
-      kc;  // a local copy: the byte stores to codes may alias kc, which would reload it every time
+  // A local copy: the byte stores to codes may alias kc, which would reload it every time.
+  const Consts k = kc;
   const __m256 s = _mm256_set1_ps(scale);
   Counters cnt;
   __m256 m0 = _mm256_setzero_ps(), m1 = m0;
@@ -148,8 +148,8 @@ float tensor_loop(const float* x, std::size_t n, float scale, std::uint8_t* code
     const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
     m0 = amax_lanes(m0, x0, k);
     m1 = amax_lanes(m1, x1, k);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     pack16(encode8<Shift>(x0, s, k, cnt), encode8<Shift>(x1, s, k, cnt)));
+    const __m128i c16 = pack16(encode8<Shift>(x0, s, k, cnt), encode8<Shift>(x1, s, k, cnt));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), c16);
   }
   if (i < n) {
     // The tail on a zero-padded copy: a padding 0 has code 0, counts nothing, raises no amax.
@@ -226,12 +226,41 @@ void mx_row(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* cod
   Counters cnt;
   std::size_t i = 0, b = 0;
   float amax = 0.0f;
-  for (; i + 32 <= cols; i += 32, ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + kPrefetch), _MM_HINT_T0);
-    mx_block<Shift>(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(x + i + 16),
-                    _mm256_loadu_ps(x + i + 24), floor_rule, ek, k, cnt, codes + i, e8m0[b], amax);
-    if (block_amax != nullptr) block_amax[b] = amax;
-    if ((b & 0xffff) == 0xffff) {  // lane counters are 32-bit: empty them now and then
+  // Full blocks in groups of eight: first their amaxes and E8M0 codes (eight
+  // independent chains the core overlaps), then their codes, from L1. One
+  // block at a time would wait, block after block, for its amax to travel
+  // through a horizontal max, a scalar code and a broadcast.
+  constexpr std::size_t kGroup = 8;
+  float scale[kGroup], am[kGroup];
+  while (i + 32 <= cols) {
+    const std::size_t g_blocks = (cols - i) / 32 < kGroup ? (cols - i) / 32 : kGroup;
+    for (std::size_t g = 0; g < g_blocks; ++g) {
+      const float* p = x + i + 32 * g;
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
+      const __m256 zero = _mm256_setzero_ps();
+      am[g] = hmax8(_mm256_max_ps(
+          amax_lanes(amax_lanes(zero, _mm256_loadu_ps(p), k), _mm256_loadu_ps(p + 8), k),
+          amax_lanes(amax_lanes(zero, _mm256_loadu_ps(p + 16), k), _mm256_loadu_ps(p + 24), k)));
+    }
+    for (std::size_t g = 0; g < g_blocks; ++g) {
+      const std::uint32_t code = scale_code(am[g], floor_rule, ek);
+      scale[g] = scale_of(code);
+      e8m0[b + g] = static_cast<std::uint8_t>(code);
+      if (block_amax != nullptr) block_amax[b + g] = am[g];
+    }
+    for (std::size_t g = 0; g < g_blocks; ++g) {
+      const float* p = x + i + 32 * g;
+      const __m256 s = _mm256_set1_ps(scale[g]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i + 32 * g),
+                       pack16(encode8<Shift>(_mm256_loadu_ps(p), s, k, cnt),
+                              encode8<Shift>(_mm256_loadu_ps(p + 8), s, k, cnt)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i + 32 * g + 16),
+                       pack16(encode8<Shift>(_mm256_loadu_ps(p + 16), s, k, cnt),
+                              encode8<Shift>(_mm256_loadu_ps(p + 24), s, k, cnt)));
+    }
+    i += 32 * g_blocks;
+    b += g_blocks;
+    if ((b & 0xffff) < kGroup) {  // lane counters are 32-bit: empty them now and then
       add_counts(cnt, c);
       cnt = Counters{};
     }
