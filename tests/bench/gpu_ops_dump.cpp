@@ -1,4 +1,4 @@
-// Chapter 02 — the GPU side of the PyTorch comparison in tools/gpu_report.sh:
+// All chapters — the GPU side of the PyTorch comparison in tools/gpu_report.sh:
 // runs this project's kernels on deterministic inputs and writes inputs,
 // outputs and kernel times to a folder, for tools/gpu_torch_compare.py to
 // run the same operations through PyTorch and compare bits and times.
