@@ -44,4 +44,10 @@ void register_chapter05_pitfalls(Registry& registry);
 /// where autocast is off, the CPU autocast list taken for the CUDA one.
 void register_chapter06_pitfalls(Registry& registry);
 
+/// Chapter 7 (07-fp8/pitfalls/register.cpp), the pitfalls of the fp8 tier
+/// alone: FP8 without a scale, a spike under delayed scaling, an amax
+/// history too long and too short, one outlier under a per-tensor scale,
+/// saturation that hides an overflow, E4M3's max (240, 448, 480).
+void register_chapter07_pitfalls(Registry& registry);
+
 }  // namespace mpt

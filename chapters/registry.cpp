@@ -18,6 +18,7 @@ const Registry& pitfall_registry() {
     register_chapter04_pitfalls(r);
     register_chapter05_pitfalls(r);
     register_chapter06_pitfalls(r);
+    register_chapter07_pitfalls(r);
     return r;
   }();
   return registry;

@@ -32,8 +32,9 @@
 // Against the roofline: each GEMM of the step (forward x·Wᵀ "NT", dW = dyᵀ·x
 // "TN", dx = dy·W "NN"; gemm_fma, the library's product) in GFLOP/s, and
 // its fraction of the peak FMA throughput of this core, measured in the
-// same run by a loop of 12 independent 8-lane FMA chains in registers
-// (no memory traffic: the most the core can do).
+// same run by a loop of 12 independent FMA chains in registers, as wide as
+// the micro-kernel's (8 lanes for AVX2, 16 for AVX-512; no memory traffic:
+// the most the core can do with them).
 //
 //   bench_ch02_mlp_step [--batch=128] [--sizes=256,512,512,10] [--repetitions=5]
 //                       [--python=PATH] [--torch-min-time=0.5]
@@ -44,6 +45,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <map>
 #include <memory>
 #include <sstream>
@@ -202,15 +206,48 @@ __attribute__((target("avx2,fma"))) float peak_loop(float seed) {
   return _mm256_cvtss_f32(sum);
 }
 
+/// peak_loop with 16-lane FMAs: the peak of the AVX-512 micro-kernel.
+__attribute__((target("avx512f"))) float peak_loop512(float seed) {
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), s = _mm512_set1_ps(seed);
+  __m512 c0 = s, c1 = s, c2 = s, c3 = s, c4 = s, c5 = s, c6 = s, c7 = s, c8 = s, c9 = s, c10 = s, c11 = s;
+  for (std::int64_t k = 0; k < kPeakSteps; ++k) {
+    __asm__(""
+            : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8),
+              "+v"(c9), "+v"(c10), "+v"(c11));
+    c0 = _mm512_fmadd_ps(c0, a, b), c1 = _mm512_fmadd_ps(c1, a, b), c2 = _mm512_fmadd_ps(c2, a, b);
+    c3 = _mm512_fmadd_ps(c3, a, b), c4 = _mm512_fmadd_ps(c4, a, b), c5 = _mm512_fmadd_ps(c5, a, b);
+    c6 = _mm512_fmadd_ps(c6, a, b), c7 = _mm512_fmadd_ps(c7, a, b), c8 = _mm512_fmadd_ps(c8, a, b);
+    c9 = _mm512_fmadd_ps(c9, a, b), c10 = _mm512_fmadd_ps(c10, a, b), c11 = _mm512_fmadd_ps(c11, a, b);
+  }
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                                 _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),
+                                   _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
+  return _mm512_reduce_add_ps(sum);
+}
+
+/// The lanes of the FMAs the peak loop runs: those of the GEMM's kernel.
+int peak_lanes() { return mpt::gemm_avx512_available() ? 16 : 8; }
+
 void BM_peak(benchmark::State& st) {
   float sink = 0;
-  for (auto _ : st) sink += peak_loop(sink);
+  const bool wide = peak_lanes() == 16;
+  for (auto _ : st) sink += wide ? peak_loop512(sink) : peak_loop(sink);
   benchmark::DoNotOptimize(sink);
-  st.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * 8 * kPeakChains * static_cast<double>(kPeakSteps) * static_cast<double>(st.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * peak_lanes() * kPeakChains * static_cast<double>(kPeakSteps) *
+                             static_cast<double>(st.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
+#else
+int peak_lanes() { return 8; }
 #endif
+
+/// The micro-kernel gemm_fma runs here, for the table's heading.
+const char* gemm_kernel_name() {
+  return mpt::gemm_avx512_available() ? "AVX-512 micro-kernel"
+         : mpt::avx2_available()      ? "AVX2 + FMA micro-kernel"
+                                      : "portable";
+}
 
 /// bench_ch02_mlp_step_torch.py's times of the same FP32 step and GEMMs:
 /// "step_ms" and "gemm_ms <GemmShape::name()>".
@@ -219,7 +256,8 @@ bench::TorchResult run_torch() {
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
   return bench::run_torch_script(g_torch, "bench_ch02_mlp_step_torch.py",
                                  "--batch=" + std::to_string(g_batch) + " --sizes=" + sizes +
-                                     " --repetitions=" + std::to_string(g_repetitions));
+                                     " --repetitions=" + std::to_string(g_repetitions),
+                                 bench::TorchMalloc::keep_freed);
 }
 
 /// Each benchmark's fastest CPU time per step over its repetitions, in ms.
@@ -244,6 +282,16 @@ int main(int argc, char** argv) {
     return true;
   });
   g_torch.from_environment();
+#if defined(__GLIBC__)
+  // Every layer returns new tensors, several over glibc's mmap threshold
+  // (a 128 x 512 activation is 256 KiB), which glibc serves from fresh
+  // pages that the kernel faults in and zeroes on every step; a training
+  // framework keeps freed blocks instead (PyTorch's caching allocators).
+  // Keep them here too, and in PyTorch's process (run_torch), so that both
+  // times are the step's and not the page faults'.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 
   benchmark::RegisterBenchmark("step/fp32", BM_step, mpt::DType::f32, false, "step/fp32")
       ->Unit(benchmark::kMillisecond)
@@ -303,18 +351,18 @@ int main(int argc, char** argv) {
   }
 
   // The GEMMs against the core's peak (and PyTorch's, where it ran).
-  const double peak_gflops =
-      rep.ms.count("peak/fma")
-          ? 2.0 * 8 * kPeakChains * static_cast<double>(kPeakSteps) / (rep.ms["peak/fma"] * 1e-3) / 1e9
-          : 0.0;
+  const double peak_gflops = rep.ms.count("peak/fma")
+                                 ? 2.0 * peak_lanes() * kPeakChains * static_cast<double>(kPeakSteps) /
+                                       (rep.ms["peak/fma"] * 1e-3) / 1e9
+                                 : 0.0;
   if (peak)
     std::printf(
         "\nThe step's GEMMs (gemm_fma, %s): peak of this core %.1f GFLOP/s "
-        "(12 register-only 8-lane FMA chains)\n\n",
-        mpt::avx2_available() ? "AVX2 + FMA micro-kernel" : "portable", peak_gflops);
+        "(12 register-only %d-lane FMA chains)\n\n",
+        gemm_kernel_name(), peak_gflops, peak_lanes());
   else
     std::printf("\nThe step's GEMMs (gemm_fma, %s): no peak measured (needs x86 AVX2 + FMA)\n\n",
-                mpt::avx2_available() ? "AVX2 + FMA micro-kernel" : "portable");
+                gemm_kernel_name());
   std::printf("%-16s %9s %9s %8s %9s %8s\n", "gemm m x n x k", "ms/call", "GFLOP/s", "x peak", "torch ms",
               "x torch");
   for (const GemmShape& g : gemms) {

@@ -159,9 +159,10 @@ TEST_CASE("a lock file that is not a regular file, or a missing directory, is re
   const std::string dir = temp_dir();
   const std::string file = dir + "/" + DirectoryLock::kFileName;
   REQUIRE(::mkfifo(file.c_str(), 0644) == 0);
-  CHECK_THROWS_WITH_AS(DirectoryLock::acquire(dir),
-                       ("the lock file '" + file + "' is not a regular file; move it away (mpt creates it)").c_str(),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      DirectoryLock::acquire(dir),
+      ("the lock file '" + file + "' is not a regular file; move it away (mpt creates it)").c_str(),
+      std::invalid_argument);
   CHECK(DirectoryLock::holder(dir).empty());
   std::remove(file.c_str());
   // A link at the lock's name is not followed out of the directory.

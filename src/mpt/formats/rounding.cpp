@@ -1,5 +1,6 @@
 // Chapter 01 — floating-point formats and their limits.
-// Depends on: rounding.hpp, rounding_impl.hpp, cpu_dispatch.hpp. The portable
+// Depends on: rounding.hpp, rounding_impl.hpp, cpu_dispatch.hpp,
+// rounding_avx512.hpp. The portable
 // loops are the reference; the AVX2 path is used only when the CPU has AVX2
 // and F16C.
 #include "mpt/formats/rounding.hpp"
@@ -11,6 +12,7 @@
 #endif
 
 #include "mpt/formats/cpu_dispatch.hpp"
+#include "mpt/formats/rounding_avx512.hpp"
 #include "mpt/formats/rounding_impl.hpp"
 
 namespace mpt {
@@ -40,6 +42,21 @@ bool avx2_available() {
   return false;
 #endif
 }
+
+#if defined(MPT_HAVE_AVX512_PATH)
+bool detail::avx512_conversions_available() {
+  // libgcc's __builtin_cpu_supports("avx512f") also asks XGETBV whether the
+  // operating system saves the zmm and mask registers.
+  static const bool ok = avx2_available() && __builtin_cpu_supports("avx512f");
+  return ok;
+}
+#else
+// Built without the AVX-512 loops: none available, none done (so that their
+// test links everywhere, and skips).
+bool detail::avx512_conversions_available() { return false; }
+std::size_t detail::decode16_avx512(const std::uint16_t*, float*, std::size_t, bool) { return 0; }
+std::size_t detail::encode16_avx512(const float*, std::uint16_t*, std::size_t, bool) { return 0; }
+#endif
 
 float round_value(float x, const Format& f, const RoundingOptions& o, std::uint64_t index) {
   return detail::round_one(x, params_for(f, o), index);

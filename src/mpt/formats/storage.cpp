@@ -1,14 +1,28 @@
 // Chapter 01 — floating-point formats and their limits.
-// Depends on: storage.hpp, rounding_impl.hpp. The storage conversions are
-// round-then-encode and decode, vectorized where the CPU allows, else element
-// by element; both ways give the same bits (tests/cpu/test_ch01_formats.cpp).
+// Depends on: storage.hpp, rounding_impl.hpp, rounding_avx512.hpp. The storage conversions are
+// round-then-encode and decode, vectorized where the CPU allows (AVX-512 for
+// fp16/bf16 with IEEE rounding, AVX2), else element by element; every way
+// gives the same bits (tests/cpu/test_ch01_formats.cpp,
+// test_ch01_formats_avx512.cpp).
 #include "mpt/formats/storage.hpp"
 
 #include "mpt/formats/rounding_impl.hpp"
+#if defined(MPT_HAVE_AVX512_PATH)
+#include "mpt/formats/rounding_avx512.hpp"
+#endif
 
 namespace mpt {
 
 namespace {
+
+#if defined(MPT_HAVE_AVX512_PATH)
+// fp16 (5 exponent bits, 10 fraction) or bf16 (8, 7): the formats the
+// AVX-512 loops convert, as the AVX2 loops' fast paths tell them apart.
+bool wide16_fast(const FormatSpec& spec) {
+  return (spec.exponent_bits == 5 && spec.mantissa_bits == 10) ||
+         (spec.exponent_bits == 8 && spec.mantissa_bits == 7);
+}
+#endif
 
 template <typename T, typename Code>
 void encode_to(const float* in, T* out, std::size_t n, const Format& f, const RoundingOptions& o) {
@@ -17,7 +31,13 @@ void encode_to(const float* in, T* out, std::size_t n, const Format& f, const Ro
   Code* codes = reinterpret_cast<Code*>(out);  // T is a standard-layout wrapper of one Code
 #if defined(MPT_HAVE_AVX2_PATH)
   if (avx2_available()) {
-    if constexpr (sizeof(Code) == 2) detail::encode16_avx2(in, codes, n, p, 0);
+    std::size_t done = 0;
+#if defined(MPT_HAVE_AVX512_PATH)
+    if constexpr (sizeof(Code) == 2)
+      if (detail::avx512_conversions_available() && detail::is_ieee_default(p) && wide16_fast(p.spec))
+        done = detail::encode16_avx512(in, codes, n, p.spec.exponent_bits == 8);
+#endif
+    if constexpr (sizeof(Code) == 2) detail::encode16_avx2(in + done, codes + done, n - done, p, done);
     else detail::encode8_avx2(in, codes, n, p, 0);
     return;
   }
@@ -26,15 +46,21 @@ void encode_to(const float* in, T* out, std::size_t n, const Format& f, const Ro
     codes[i] = static_cast<Code>(encode_exact(detail::round_one(in[i], p, i), p.spec));
 }
 
-// 16-bit codes: F16C (fp16) or a shift (bf16) eight at a time where the CPU
-// has them, else decode() per element. Both give decode()'s bits.
+// 16-bit codes: F16C (fp16) or a shift (bf16) sixteen at a time (AVX-512)
+// or eight (AVX2) where the CPU has them, else decode() per element. All
+// give decode()'s bits.
 template <typename T>
 void decode16_from(const T* in, float* out, std::size_t n, const FormatSpec& spec) {
   static_assert(sizeof(T) == sizeof(std::uint16_t), "storage type must be exactly its code");
   const auto* codes = reinterpret_cast<const std::uint16_t*>(in);
 #if defined(MPT_HAVE_AVX2_PATH)
   if (avx2_available()) {
-    detail::decode16_avx2(codes, out, n, spec);
+    std::size_t done = 0;
+#if defined(MPT_HAVE_AVX512_PATH)
+    if (detail::avx512_conversions_available() && wide16_fast(spec))
+      done = detail::decode16_avx512(codes, out, n, spec.exponent_bits == 8);
+#endif
+    detail::decode16_avx2(codes + done, out + done, n - done, spec);
     return;
   }
 #endif

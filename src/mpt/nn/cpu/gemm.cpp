@@ -1,6 +1,7 @@
 // Chapter 02 — loss scaling and FP32 master weights: GEMM as a GPU does it.
 // Depends on: gemm.hpp; Chapter 1's rounding (the fp16-accumulate pitfall),
-// cpu_dispatch.hpp (the choice of the AVX2 micro-kernel).
+// cpu_dispatch.hpp (the choice of the AVX2 micro-kernel), the AVX-512 one
+// (gemm_avx512.cpp) where the CPU has it.
 #include "mpt/nn/cpu/gemm.hpp"
 
 #include <algorithm>
@@ -95,26 +96,26 @@ void pack_a(const T* a, std::int64_t lda, Op op, std::int64_t i0, std::int64_t m
   }
 }
 
-/// op(B) k [p0, p0 + kc) × columns [j0, j0 + nc) into panels of kNR
-/// columns, each k-major (panel[p·kNR + j]); columns past nc are zeros.
-template <typename T>
+/// op(B) k [p0, p0 + kc) × columns [j0, j0 + nc) into panels of NR
+/// columns, each k-major (panel[p·NR + j]); columns past nc are zeros.
+template <std::int64_t NR, typename T>
 void pack_b(const T* b, std::int64_t ldb, Op op, std::int64_t p0, std::int64_t kc, std::int64_t j0,
             std::int64_t nc, T* out) {
-  for (std::int64_t s = 0; s < nc; s += kNR, out += kc * kNR) {
-    const std::int64_t cols = std::min(kNR, nc - s);
-    if (op == Op::N) {  // B stored [k, n]: kNR neighbours per k
+  for (std::int64_t s = 0; s < nc; s += NR, out += kc * NR) {
+    const std::int64_t cols = std::min(NR, nc - s);
+    if (op == Op::N) {  // B stored [k, n]: NR neighbours per k
       for (std::int64_t p = 0; p < kc; ++p) {
         const T* src = b + (p0 + p) * ldb + j0 + s;
-        T* dst = out + p * kNR;
+        T* dst = out + p * NR;
         for (std::int64_t j = 0; j < cols; ++j) dst[j] = src[j];
-        for (std::int64_t j = cols; j < kNR; ++j) dst[j] = T(0);
+        for (std::int64_t j = cols; j < NR; ++j) dst[j] = T(0);
       }
-    } else {  // B stored [n, k]: kNR rows of B (columns of op(B)) read side by side
-      const T* src[kNR];
-      for (std::int64_t j = 0; j < kNR; ++j) src[j] = b + (j0 + s + std::min(j, cols - 1)) * ldb + p0;
+    } else {  // B stored [n, k]: NR rows of B (columns of op(B)) read side by side
+      const T* src[NR];
+      for (std::int64_t j = 0; j < NR; ++j) src[j] = b + (j0 + s + std::min(j, cols - 1)) * ldb + p0;
       for (std::int64_t p = 0; p < kc; ++p) {
-        T* dst = out + p * kNR;
-        for (std::int64_t j = 0; j < kNR; ++j) dst[j] = j < cols ? src[j][p] : T(0);
+        T* dst = out + p * NR;
+        for (std::int64_t j = 0; j < NR; ++j) dst[j] = j < cols ? src[j][p] : T(0);
       }
     }
   }
@@ -142,8 +143,9 @@ void check_args(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda
 /// BLIS's five loops around the micro-kernel. Every tile's chains run
 /// through the k blocks in order: the first block starts them at +0, every
 /// later one loads them from C and continues (load_c), so the result is the
-/// one chain per element whatever the block sizes.
-template <typename T>
+/// one chain per element whatever the block sizes. NR is the micro-kernel's
+/// width (the columns of its tile and of the packed op(B) panels).
+template <std::int64_t NR, typename T>
 void packed_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, Op op_a,
                  const T* b, std::int64_t ldb, Op op_b, T* c, std::int64_t ldc, Micro<T> micro) {
   if (m == 0 || n == 0) return;
@@ -153,34 +155,34 @@ void packed_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
   }
   thread_local PackBuffer<T> a_buffer, b_buffer;
   const std::int64_t kc_max = std::min(k, kKC);
-  T* bp = b_buffer.get(kc_max * ((std::min(n, kNC) + kNR - 1) / kNR * kNR));
+  T* bp = b_buffer.get(kc_max * ((std::min(n, kNC) + NR - 1) / NR * NR));
   T* ap = a_buffer.get(kc_max * ((std::min(m, kMC) + kMR - 1) / kMR * kMR));
-  alignas(64) T edge[kMR * kNR];
+  alignas(64) T edge[kMR * NR];
   for (std::int64_t j0 = 0; j0 < n; j0 += kNC) {
     const std::int64_t nc = std::min(kNC, n - j0);
     for (std::int64_t p0 = 0; p0 < k; p0 += kKC) {
       const std::int64_t kc = std::min(kKC, k - p0);
       const bool load_c = p0 > 0;
-      pack_b(b, ldb, op_b, p0, kc, j0, nc, bp);
+      pack_b<NR>(b, ldb, op_b, p0, kc, j0, nc, bp);
       for (std::int64_t i0 = 0; i0 < m; i0 += kMC) {
         const std::int64_t mc = std::min(kMC, m - i0);
         pack_a(a, lda, op_a, i0, mc, p0, kc, ap);
-        for (std::int64_t s = 0; s < nc; s += kNR) {
-          const std::int64_t cols = std::min(kNR, nc - s);
+        for (std::int64_t s = 0; s < nc; s += NR) {
+          const std::int64_t cols = std::min(NR, nc - s);
           const T* bpanel = bp + s * kc;
           for (std::int64_t r = 0; r < mc; r += kMR) {
             const std::int64_t rows = std::min(kMR, mc - r);
             const T* apanel = ap + r * kc;
             T* tile = c + (i0 + r) * ldc + j0 + s;
-            if (rows == kMR && cols == kNR) {
+            if (rows == kMR && cols == NR) {
               micro(kc, apanel, bpanel, tile, ldc, load_c);
             } else {  // a partial tile: through a full one, padding discarded
               if (load_c)
                 for (std::int64_t i = 0; i < rows; ++i)
-                  for (std::int64_t j = 0; j < cols; ++j) edge[i * kNR + j] = tile[i * ldc + j];
-              micro(kc, apanel, bpanel, edge, kNR, load_c);
+                  for (std::int64_t j = 0; j < cols; ++j) edge[i * NR + j] = tile[i * ldc + j];
+              micro(kc, apanel, bpanel, edge, NR, load_c);
               for (std::int64_t i = 0; i < rows; ++i)
-                for (std::int64_t j = 0; j < cols; ++j) tile[i * ldc + j] = edge[i * kNR + j];
+                for (std::int64_t j = 0; j < cols; ++j) tile[i * ldc + j] = edge[i * NR + j];
             }
           }
         }
@@ -198,13 +200,56 @@ void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, st
       detail::use_avx2(impl,
                        "gemm_fma: the AVX2 path was asked for, but this CPU or build has no AVX2, "
                        "FMA and F16C; use Implementation::portable or automatic");
-  Micro<float> micro = micro_portable<float>;
-#if defined(MPT_HAVE_AVX2_PATH)
-  if (avx2) micro = detail::gemm_micro_avx2;
+  // automatic: the widest kernel this CPU has; Implementation::avx2 asks
+  // for the AVX2 one by name (its tests compare it with the others).
+  gemm_fma(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc,
+           impl == Implementation::portable ? GemmKernel::portable
+           : impl == Implementation::avx2   ? GemmKernel::avx2
+           : gemm_avx512_available()        ? GemmKernel::avx512
+           : avx2                           ? GemmKernel::avx2
+                                            : GemmKernel::portable);
+}
+
+bool gemm_avx512_available() {
+#if defined(MPT_HAVE_AVX512_PATH)
+  // libgcc's __builtin_cpu_supports("avx512f") also asks XGETBV whether the
+  // operating system saves the zmm and mask registers.
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
 #else
-  (void)avx2;
+  return false;
 #endif
-  packed_gemm(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro);
+}
+
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, Op op_a,
+              const float* b, std::int64_t ldb, Op op_b, float* c, std::int64_t ldc, GemmKernel kernel) {
+  check_args(m, n, k, lda, op_a, ldb, op_b, ldc);
+  switch (kernel) {
+    case GemmKernel::portable: break;
+    case GemmKernel::avx2:
+      if (!avx2_available())
+        throw std::invalid_argument(
+            "gemm_fma: the AVX2 kernel was asked for, but this CPU or build has no AVX2, FMA and F16C; use "
+            "GemmKernel::portable");
+#if defined(MPT_HAVE_AVX2_PATH)
+      packed_gemm<kNR>(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, detail::gemm_micro_avx2);
+      return;
+#else
+      break;
+#endif
+    case GemmKernel::avx512:
+      if (!gemm_avx512_available())
+        throw std::invalid_argument(
+            "gemm_fma: the AVX-512 kernel was asked for, but this CPU or build has no AVX-512F; use "
+            "GemmKernel::avx2 or portable");
+#if defined(MPT_HAVE_AVX512_PATH)
+      packed_gemm<kGemmNR512>(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, detail::gemm_micro_avx512);
+      return;
+#else
+      break;
+#endif
+  }
+  packed_gemm<kNR>(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro_portable<float>);
 }
 
 void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda, Op op_a,
@@ -214,7 +259,7 @@ void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const double* a, s
     throw std::invalid_argument(
         "gemm_fma: the FP64 reference has only the portable implementation; use "
         "Implementation::portable or automatic");
-  packed_gemm(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro_portable<double>);
+  packed_gemm<kNR>(m, n, k, a, lda, op_a, b, ldb, op_b, c, ldc, micro_portable<double>);
 }
 
 namespace detail {
@@ -290,6 +335,10 @@ float round_to_odd_float(double s) {
 Tensor gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, const Tensor* bias) {
   require_same_dtype(a, b, bias ? "gemm_bias" : "gemm");
   const F32Matrix A(a), B(b);
+  return gemm(A, op_a, B, op_b, out, bias);
+}
+
+Tensor gemm(const F32Matrix& A, Op op_a, const F32Matrix& B, Op op_b, DType out, const Tensor* bias) {
   require_inner_match(bias ? "gemm_bias" : "gemm", A.rows(), A.cols(), op_a, B.rows(), B.cols(), op_b);
   const Eigen::Index m = op_a == Op::N ? A.rows() : A.cols();
   const Eigen::Index n = op_b == Op::N ? B.cols() : B.rows();

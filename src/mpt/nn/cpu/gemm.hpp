@@ -27,10 +27,12 @@
 // rows, and a micro-kernel keeps a kMR × kNR tile of C in registers and runs
 // k in order. When K is split into blocks of kKC, the next block LOADS the
 // tile's running sums from C and continues their chains — it never sums a
-// block from zero and adds it to C, which would be another order. Two
-// micro-kernels with the same bits: AVX2 + FMA (gemm_avx2.cpp, chosen at run
-// time when the CPU has AVX2, FMA and F16C) and a portable one of std::fma
-// calls, correct everywhere. Where FMA is part of the base instruction set
+// block from zero and adds it to C, which would be another order. Three
+// micro-kernels with the same bits: AVX-512 (gemm_avx512.cpp, a 6 × 32
+// tile, chosen at run time where the CPU has AVX-512F), AVX2 + FMA
+// (gemm_avx2.cpp, 6 × 16, where it has AVX2, FMA and F16C) and a portable
+// one of std::fma calls, correct everywhere. The width of a kernel decides
+// how many chains run side by side, never the order inside one. Where FMA is part of the base instruction set
 // (ARM64) std::fma compiles to the instruction and the portable kernel is
 // fast. On x86-64 the library is compiled for the baseline ISA, so there
 // each std::fma is a call into the C library, which computes the fused
@@ -77,6 +79,25 @@ inline std::string shape_string(Eigen::Index rows, Eigen::Index cols) {
 void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, Op op_a,
               const float* b, std::int64_t ldb, Op op_b, float* c, std::int64_t ldc,
               Implementation impl = Implementation::automatic);
+
+/// The micro-kernels of the FP32 GEMM, by name (for the tests that hold
+/// them to each other, and the benchmarks that time one).
+enum class GemmKernel {
+  portable,  ///< std::fma, kGemmMR × kGemmNR, everywhere
+  avx2,      ///< AVX2 + FMA, kGemmMR × kGemmNR
+  avx512,    ///< AVX-512F, kGemmMR × kGemmNR512
+};
+
+/// True when this CPU and build can run GemmKernel::avx512 (AVX-512F, and
+/// an operating system that saves its registers).
+bool gemm_avx512_available();
+
+/// gemm_fma with the named micro-kernel: the same bits whichever runs.
+/// A kernel this CPU or build cannot run: std::invalid_argument naming it.
+/// (The Implementation overload picks: portable → portable, avx2 → avx2,
+/// automatic → avx512 where available, else avx2, else portable.)
+void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda, Op op_a,
+              const float* b, std::int64_t ldb, Op op_b, float* c, std::int64_t ldc, GemmKernel kernel);
 
 /// The FP64 reference: the same loops and order in double (portable).
 void gemm_fma(std::int64_t m, std::int64_t n, std::int64_t k, const double* a, std::int64_t lda, Op op_a,
@@ -184,5 +205,11 @@ class F32Matrix {
   const float* data_ = nullptr;
   Eigen::Index rows_ = 0, cols_ = 0;
 };
+
+/// gemm() on operands already widened (a layer that reads one operand in
+/// two GEMMs widens it once): the same products, bias and rounding, the
+/// same bits. Both must have been widened from tensors of one dtype.
+Tensor gemm(const F32Matrix& a, Op op_a, const F32Matrix& b, Op op_b, DType out,
+            const Tensor* bias = nullptr);
 
 }  // namespace mpt

@@ -1,9 +1,11 @@
-// Chapter 02 — loss scaling and FP32 master weights: the register tile and
-// blocking of the packed GEMM (gemm.hpp) and its AVX2 micro-kernel.
-// Depends on: the standard library only — gemm_avx2.cpp, compiled with
-// -mavx2 -mfma, includes nothing else, so no inline function of another
-// header is ever emitted there with AVX2 instructions in it (the linker
-// could keep that copy for the portable callers).
+// Chapter 02 — loss scaling and FP32 master weights: the register tiles and
+// blocking of the packed GEMM (gemm.hpp) and its AVX2 and AVX-512
+// micro-kernels.
+// Depends on: the standard library only — gemm_avx2.cpp and gemm_avx512.cpp,
+// compiled with -mavx2 -mfma and -mavx512f, include nothing else, so no
+// inline function of another header is ever emitted there with those
+// instructions in it (the linker could keep that copy for the portable
+// callers).
 #pragma once
 
 #include <cstdint>
@@ -13,8 +15,12 @@ namespace mpt {
 /// The register tile of the micro-kernels: kGemmMR rows × kGemmNR columns
 /// of C.
 inline constexpr std::int64_t kGemmMR = 6;
-/// See kGemmMR.
+/// See kGemmMR: the portable and AVX2 micro-kernels' width (two ymm).
 inline constexpr std::int64_t kGemmNR = 16;
+/// The AVX-512 micro-kernel's width (two zmm): its op(B) panels are packed
+/// kGemmNR512 columns wide. The width changes how many chains run side by
+/// side, never the order inside one.
+inline constexpr std::int64_t kGemmNR512 = 32;
 /// The blocking of the packed loops: k in blocks of kGemmKC (a kMR × kKC
 /// panel of A and a kKC × kNR panel of B stay in L1), rows of C in blocks
 /// of kGemmMC (the packed A block stays in L2), columns in blocks of
@@ -34,6 +40,11 @@ namespace detail {
 /// they start at +0.
 void gemm_micro_avx2(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc,
                      bool load_c);
+/// The AVX-512 micro-kernel (gemm_avx512.cpp; call only when
+/// gemm_avx512_available()): gemm_micro_avx2's contract on a kGemmMR ×
+/// kGemmNR512 tile, bp (kc × kGemmNR512, k-major) 64-byte aligned.
+void gemm_micro_avx512(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc,
+                       bool load_c);
 }  // namespace detail
 
 }  // namespace mpt

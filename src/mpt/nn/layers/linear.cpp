@@ -69,8 +69,13 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   x_ = ctx.cast(x, op_.input, path(), Phase::forward, "x");
   const Tensor w = weight.read(op_.input, ctx, path(), Phase::forward, "weight");
   const Tensor b = bias.read(op_.input, ctx, path(), Phase::forward, "bias");
-  // y [B, out] = x [B, in] · Wᵀ [in, out] + b: one GEMM, bias in the epilogue.
-  Tensor y = gemm(x_, Op::N, w, Op::T, op_.output, &b);
+  // y [B, out] = x [B, in] · Wᵀ [in, out] + b: one GEMM, bias in the epilogue
+  // (gemm()'s, on the operands widened once for forward and backward).
+  x_f32_.emplace(x_);
+  w_read_ = w;
+  w_version_ = w.version();
+  w_f32_.emplace(w_read_);
+  Tensor y = gemm(*x_f32_, Op::N, *w_f32_, Op::T, op_.output, &b);
   if (ctx.tracing())
     ctx.record({Phase::forward,
                 path(),
@@ -91,9 +96,15 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   const DType wd = w.dtype(), bd = op_.input;
   // dW [out, in] = dyᵀ [out, B] · x [B, in]: FP32 accumulation, rounded into
   // the dtype the weight was read in, added to the FP32 grad.
-  const F32Matrix dyf(dy), xf(x_);
+  // x and W as forward widened them (W again if it changed since).
+  if (!x_f32_) x_f32_.emplace(x_);
+  if (!w_f32_ || !w.shares_storage_with(w_read_) || w.version() != w_version_) {
+    w_read_ = w;
+    w_f32_.emplace(w_read_);
+  }
+  const F32Matrix dyf(dy);
   MatrixF dw;
-  multiply_into(dw, dyf.map(), Op::T, xf.map(), Op::N);
+  multiply_into(dw, dyf.map(), Op::T, x_f32_->map(), Op::N);
   require_shape(weight.name + ".grad", weight.grad.shape(), weight.master.shape());
   weight.accumulate_grad(dw.data(), dw.size(), w);
   // db [out] = Σ_B dy: an FP32 reduction, rounded into the dtype forward read the bias in.
@@ -101,7 +112,10 @@ Tensor Linear::backward_impl(const Tensor& dy_out, Context& ctx) {
   bias.accumulate_grad(db.data(), db.size(), bd);
   Tensor dx;
   // dx [B, in] = dy [B, out] · W [out, in], stored in the input's dtype.
-  if (input_grad()) dx = gemm(dy, Op::N, w, Op::N, op_.input);
+  if (input_grad()) dx = gemm(dyf, Op::N, *w_f32_, Op::N, op_.input);
+  x_f32_.reset();
+  w_f32_.reset();
+  w_read_ = Tensor();
   if (ctx.tracing()) {
     TraceEntry e{Phase::backward, path(), "linear", {traced("dy", dy), traced("x", x_), traced("weight", w)},
                  op_.compute,     {}};

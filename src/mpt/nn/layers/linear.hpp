@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "mpt/core/random.hpp"
+#include "mpt/nn/cpu/gemm.hpp"
 #include "mpt/nn/module.hpp"
 #include "mpt/nn/parameter.hpp"
 
@@ -54,6 +56,14 @@ class Linear final : public Module {
  private:
   Tensor x_;          // the input as the forward GEMM read it
   OpPrecision op_{};  // the forward's decision
+  // The CPU emulation's widened operands, from forward to backward: x_ and
+  // the weights forward read, widened to FP32 once a step instead of once
+  // per GEMM (the bits are the same; a GPU reads fp16 operands in place).
+  // Released at the end of backward, so that no copy of an f32 master is
+  // held while the optimizer writes it.
+  std::optional<F32Matrix> x_f32_, w_f32_;
+  Tensor w_read_;                // the weights forward read (w_f32_ is theirs)
+  std::uint64_t w_version_ = 0;  // their version then
 };
 
 }  // namespace mpt
