@@ -2,6 +2,7 @@
 // with the amax (and the counts) in the same pass, and MX block quantize with
 // E8M0 scales, beside memcpy of the same bytes, on one core?
 // Depends on: mpt/fp8/quantize_raw.hpp (quantize_into, quantize_mx_into),
+// mpt/fp8/quantize_raw_impl.hpp (the AVX2 and AVX-512 loops by name),
 // mpt/formats/rounding.hpp (avx2_available), bench_inputs.hpp,
 // bench_support.hpp, Google Benchmark.
 //
@@ -15,10 +16,11 @@
 //   mx-rceil      each block's amax, its E8M0 code by the rule, its codes and
 //                 counts (E8M0 codes and block amax add 5 bytes per 32 values,
 //                 not counted)
-// each with the AVX2 loop (where the CPU has it) and the portable loop. GB/s
+// each with every loop this CPU has — AVX-512 and AVX2 (called by name),
+// and the portable one; quantize_into runs the widest. GB/s
 // counts the 5 bytes per element every variant must move; "x memcpy" is
-// memcpy's time over the variant's. Target: per-tensor and MX (AVX2, or
-// portable where there is no AVX2) >= 0.5x memcpy, where x and the codes do
+// memcpy's time over the variant's. Target: per-tensor and MX (the loop
+// quantize_into runs) >= 0.5x memcpy, where x and the codes do
 // not fit in the last-level cache. Each time is the fastest of
 // --repetitions runs (default 3), in CPU time. Printed, never asserted: not
 // a test.
@@ -51,6 +53,7 @@
 #include "bench_support.hpp"
 #include "mpt/formats/rounding.hpp"
 #include "mpt/fp8/quantize_raw.hpp"
+#include "mpt/fp8/quantize_raw_impl.hpp"
 
 namespace {
 
@@ -65,7 +68,13 @@ struct Data {
   std::vector<float> block_amax;
   float scale = 1.0f;
   std::size_t rows = 0;
-  explicit Data(std::size_t n) : x(n), codes(n), e8m0(n / 32 + 1), copy(n * 5 / 2), block_amax(n / 32 + 1) {
+  // One E8M0 code and amax per block: rows × ceil(cols / 32) (n is whole rows).
+  explicit Data(std::size_t n)
+      : x(n),
+        codes(n),
+        e8m0(n / g_cols * ((g_cols + 31) / 32)),
+        copy(n * 5 / 2),
+        block_amax(n / g_cols * ((g_cols + 31) / 32)) {
     bench::fill_gradients(x);
     std::memset(codes.data(), 0, codes.size());  // touch every page before timing
     std::memset(copy.data(), 0, copy.size());
@@ -89,25 +98,41 @@ void BM_memcpy(benchmark::State& st) {
   }
 }
 
-void BM_per_tensor(benchmark::State& st, mpt::Implementation impl) {
+/// Which loop a variant runs: the portable one, or a vector one by name.
+enum class Loop { portable, avx2, avx512 };
+
+mpt::fp8::detail::SimdWidth width_of(Loop l) {
+  return l == Loop::avx512 ? mpt::fp8::detail::SimdWidth::avx512 : mpt::fp8::detail::SimdWidth::avx2;
+}
+
+void BM_per_tensor(benchmark::State& st, Loop loop) {
   Data& d = data();
   mpt::fp8::Fp8Counts counts;
   float amax = 0;
   for (auto _ : st) {
-    amax = mpt::fp8::quantize_into(d.x.data(), d.x.size(), mpt::DType::e4m3, d.scale, true, d.codes.data(),
-                                   counts, impl);
+    amax = loop == Loop::portable
+               ? mpt::fp8::quantize_into(d.x.data(), d.x.size(), mpt::DType::e4m3, d.scale, true,
+                                         d.codes.data(), counts, mpt::Implementation::portable)
+               : mpt::fp8::detail::quantize_into_simd(d.x.data(), d.x.size(), mpt::formats::e4m3, d.scale,
+                                                      true, d.codes.data(), counts, width_of(loop));
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(amax);
   st.counters["flushed/iter"] = static_cast<double>(counts.flushed) / static_cast<double>(st.iterations());
 }
 
-void BM_mx(benchmark::State& st, mpt::fp8::MxScaleRule rule, mpt::Implementation impl) {
+void BM_mx(benchmark::State& st, mpt::fp8::MxScaleRule rule, Loop loop) {
   Data& d = data();
   mpt::fp8::Fp8Counts counts;
   for (auto _ : st) {
-    mpt::fp8::quantize_mx_into(d.x.data(), d.rows, g_cols, mpt::DType::e4m3, rule, true, d.codes.data(),
-                               d.e8m0.data(), d.block_amax.data(), counts, impl);
+    if (loop == Loop::portable) {
+      mpt::fp8::quantize_mx_into(d.x.data(), d.rows, g_cols, mpt::DType::e4m3, rule, true, d.codes.data(),
+                                 d.e8m0.data(), d.block_amax.data(), counts, mpt::Implementation::portable);
+    } else {
+      mpt::fp8::detail::quantize_mx_into_simd(d.x.data(), d.rows, g_cols, mpt::formats::e4m3, rule, true,
+                                              d.codes.data(), d.e8m0.data(), d.block_amax.data(), counts,
+                                              width_of(loop));
+    }
     benchmark::ClobberMemory();
   }
   st.counters["saturated/iter"] =
@@ -169,8 +194,11 @@ int main(int argc, char** argv) {
   if (g_cols > g_n) g_cols = g_n;
   g_n = g_n / g_cols * g_cols;  // whole rows
 
-  std::vector<std::pair<const char*, mpt::Implementation>> impls{{"portable", mpt::Implementation::portable}};
-  if (mpt::avx2_available()) impls.insert(impls.begin(), {"avx2", mpt::Implementation::avx2});
+  // The loops this CPU has, the one quantize_into runs first (the widest).
+  std::vector<std::pair<const char*, Loop>> impls{{"portable", Loop::portable}};
+  if (mpt::avx2_available()) impls.insert(impls.begin(), {"avx2", Loop::avx2});
+  if (mpt::avx2_available() && mpt::fp8::detail::widest() == mpt::fp8::detail::SimdWidth::avx512)
+    impls.insert(impls.begin(), {"avx512", Loop::avx512});
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)
       ->Unit(benchmark::kMillisecond)
       ->Repetitions(g_repetitions);
@@ -201,8 +229,9 @@ int main(int argc, char** argv) {
       "moved per pass: %.0f MiB (x %.0f MiB read, codes %.0f MiB written); last-level cache: %.0f MiB (%s)\n",
       mib(moved), mib(4.0 * static_cast<double>(g_n)), mib(static_cast<double>(g_n)), mib(llc),
       moved > llc ? "the tensors do not fit" : "the tensors FIT: the ratios are the cache's, not memory's");
-  std::printf("memcpy: %.0f MiB copied (the same %.0f MiB read and written); AVX2 path %s\n\n",
-              mib(moved / 2), mib(moved), mpt::avx2_available() ? "on" : "off (portable loop)");
+  std::printf(
+      "memcpy: %.0f MiB copied (the same %.0f MiB read and written); quantize_into runs the %s loop\n\n",
+      mib(moved / 2), mib(moved), impls.front().first);
   const double tm = rep.of("memcpy");
   std::printf("%-22s %9s %8s %9s %7s  %s\n", "variant", "ms", "GB/s", "x memcpy", "target", "verdict");
   if (tm > 0) std::printf("%-22s %9.3f %8.2f %9s %7s\n", "memcpy", tm, moved / tm / 1e6, "1.00", "-");
@@ -212,7 +241,7 @@ int main(int argc, char** argv) {
       const std::string key = std::string(variant) + "/" + name;
       const double t = rep.of(key);
       if (t <= 0 || tm <= 0) continue;
-      // The target is the fast path's: the AVX2 loop where there is one.
+      // The target is the fast path's: the loop quantize_into runs here.
       const bool targeted = std::string(name) == impls.front().first;
       std::printf("%-22s %9.3f %8.2f %9.2f %7s  %s\n", key.c_str(), t, moved / t / 1e6, tm / t,
                   targeted ? "0.50x" : "-", targeted ? verdict(tm / t >= kTarget) : "");

@@ -1,9 +1,11 @@
 // Chapter 07 — FP8 training (test helpers): quantize_into and
-// quantize_mx_into, with one Implementation, against quantize_with_scale and
-// quantize_mx (the Fp8Tensor reference), bit for bit, on adversarial and
-// random inputs; shared by test_ch07_quantize_raw.cpp (portable) and
-// test_ch07_quantize_raw_avx2.cpp.
-// Depends on: mpt/fp8/quantize_raw.hpp, mpt/fp8/quantize.hpp, doctest.
+// quantize_mx_into, through one of their loops (portable, AVX2, AVX-512),
+// against quantize_with_scale and quantize_mx (the Fp8Tensor reference),
+// bit for bit, on adversarial and random inputs; shared by
+// test_ch07_quantize_raw.cpp (portable), test_ch07_quantize_raw_avx2.cpp
+// and test_ch07_quantize_raw_avx512.cpp.
+// Depends on: mpt/fp8/quantize_raw.hpp, quantize_raw_impl.hpp (the vector
+// loops by name), mpt/fp8/quantize.hpp, doctest.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -19,8 +21,35 @@
 
 #include "mpt/fp8/quantize.hpp"
 #include "mpt/fp8/quantize_raw.hpp"
+#include "mpt/fp8/quantize_raw_impl.hpp"
 
 namespace fp8_raw {
+
+/// Which loop runs: the portable one, or the AVX2 or AVX-512 one by name
+/// (quantize_into picks the widest the CPU has; the tests pick each).
+enum class Path { portable, avx2, avx512 };
+
+inline float run_tensor(Path p, const float* x, std::size_t n, mpt::DType d, float scale, bool sat,
+                        std::uint8_t* codes, mpt::fp8::Fp8Counts& counts) {
+  if (p == Path::portable)
+    return mpt::fp8::quantize_into(x, n, d, scale, sat, codes, counts, mpt::Implementation::portable);
+  return mpt::fp8::detail::quantize_into_simd(
+      x, n, mpt::fp8::fp8_spec(d), scale, sat, codes, counts,
+      p == Path::avx2 ? mpt::fp8::detail::SimdWidth::avx2 : mpt::fp8::detail::SimdWidth::avx512);
+}
+
+inline void run_mx(Path p, const float* x, std::size_t rows, std::size_t cols, mpt::DType d,
+                   mpt::fp8::MxScaleRule rule, bool sat, std::uint8_t* codes, std::uint8_t* e8m0, float* amax,
+                   mpt::fp8::Fp8Counts& counts) {
+  if (p == Path::portable) {
+    mpt::fp8::quantize_mx_into(x, rows, cols, d, rule, sat, codes, e8m0, amax, counts,
+                               mpt::Implementation::portable);
+    return;
+  }
+  mpt::fp8::detail::quantize_mx_into_simd(
+      x, rows, cols, mpt::fp8::fp8_spec(d), rule, sat, codes, e8m0, amax, counts,
+      p == Path::avx2 ? mpt::fp8::detail::SimdWidth::avx2 : mpt::fp8::detail::SimdWidth::avx512);
+}
 
 inline std::uint32_t bits_of(float x) {
   std::uint32_t u;
@@ -114,10 +143,10 @@ inline std::size_t differ(const std::vector<std::uint8_t>& want, const std::vect
   return bad;
 }
 
-/// quantize_into with impl against quantize_with_scale, for both formats,
+/// quantize_into's loop `path` against quantize_with_scale, for both formats,
 /// both saturation modes, several scales and lengths around the vector
 /// width and the 2048-value tile.
-inline void check_per_tensor(mpt::Implementation impl) {
+inline void check_per_tensor(Path path) {
   using mpt::DType;
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17},
                         std::size_t{2047}, std::size_t{2048}, std::size_t{2049}, std::size_t{10007}}) {
@@ -128,7 +157,7 @@ inline void check_per_tensor(mpt::Implementation impl) {
           const mpt::fp8::Fp8Tensor want = mpt::fp8::quantize_with_scale(x.data(), n, d, scale, sat);
           std::vector<std::uint8_t> codes(n + 3, 0xA5);
           mpt::fp8::Fp8Counts counts;
-          const float amax = mpt::fp8::quantize_into(x.data(), n, d, scale, sat, codes.data(), counts, impl);
+          const float amax = run_tensor(path, x.data(), n, d, scale, sat, codes.data(), counts);
           const std::string what = std::string(d == DType::e4m3 ? "e4m3" : "e5m2") + " n " +
                                    std::to_string(n) + " scale " + std::to_string(scale) +
                                    (sat ? " sat" : " nosat");
@@ -176,8 +205,8 @@ inline std::vector<float> mx_values(std::size_t rows, std::size_t cols, std::uin
   return v;
 }
 
-/// quantize_mx_into with impl against quantize_mx.
-inline void check_mx(mpt::Implementation impl) {
+/// quantize_mx_into's loop `path` against quantize_mx.
+inline void check_mx(Path path) {
   using mpt::DType;
   using mpt::fp8::MxScaleRule;
   const std::size_t shapes[][2] = {{1, 1}, {1, 31}, {3, 32}, {5, 33}, {7, 100}, {2, 2048}, {3, 2085}, {0, 5}};
@@ -191,8 +220,7 @@ inline void check_mx(mpt::Implementation impl) {
           std::vector<std::uint8_t> codes(n + 1, 0xA5), e8m0(blocks + 1, 0xA5);
           std::vector<float> amax(blocks + 1, -1.0f);
           mpt::fp8::Fp8Counts counts;
-          mpt::fp8::quantize_mx_into(x.data(), rows, cols, d, rule, sat, codes.data(), e8m0.data(),
-                                     amax.data(), counts, impl);
+          run_mx(path, x.data(), rows, cols, d, rule, sat, codes.data(), e8m0.data(), amax.data(), counts);
           const std::string what =
               std::to_string(rows) + "x" + std::to_string(cols) + (d == DType::e4m3 ? " e4m3" : " e5m2") +
               (rule == MxScaleRule::floor ? " floor" : " rceil") + (sat ? " sat" : " nosat");

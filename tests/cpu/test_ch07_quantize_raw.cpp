@@ -18,11 +18,11 @@ using mpt::Implementation;
 using mpt::fp8::MxScaleRule;
 
 TEST_CASE("quantize_into, portable: quantize_with_scale's codes, amax and counts") {
-  fp8_raw::check_per_tensor(Implementation::portable);
+  fp8_raw::check_per_tensor(fp8_raw::Path::portable);
 }
 
 TEST_CASE("quantize_mx_into, portable: quantize_mx's codes, E8M0 codes, block amax and counts") {
-  fp8_raw::check_mx(Implementation::portable);
+  fp8_raw::check_mx(fp8_raw::Path::portable);
 }
 
 TEST_CASE("the GPU test's hand-made cases hold for the CPU reference") {

@@ -1,6 +1,6 @@
 // Chapter 07 — FP8 training: the AVX2 loops of quantize_raw.hpp's fast
 // path. Compiled with -mavx2 and only called after cpuid says so.
-// Depends on: quantize_raw_impl.hpp.
+// Depends on: quantize_simd.hpp.
 //
 // As in amp/unscale_avx2.cpp, this file calls no inline function of a
 // shared header (quantize_element, amax_step, ...): one compiled here with
@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpt/fp8/quantize_raw_impl.hpp"
+#include "mpt/fp8/quantize_simd.hpp"
 
 namespace mpt::fp8::detail {
 namespace {

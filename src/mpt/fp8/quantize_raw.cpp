@@ -1,7 +1,8 @@
 // Chapter 07 — FP8 training: quantize into the caller's buffers, the
 // portable loops and the choice of the AVX2 ones.
 // Depends on: quantize_raw.hpp, quantize_raw_impl.hpp (the AVX2 primitives), formats/cpu_dispatch.hpp
-// (use_avx2), formats/explain.hpp (shortest_decimal, for messages).
+// (use_avx2), formats/explain.hpp (shortest_decimal, for messages),
+// formats/rounding_avx512.hpp (avx512_conversions_available).
 #include "mpt/fp8/quantize_raw.hpp"
 #include "mpt/fp8/quantize_raw_impl.hpp"
 
@@ -12,6 +13,7 @@
 
 #include "mpt/formats/cpu_dispatch.hpp"
 #include "mpt/formats/explain.hpp"
+#include "mpt/formats/rounding_avx512.hpp"
 
 namespace mpt::fp8 {
 namespace {
@@ -33,7 +35,7 @@ float quantize_into(const float* x, std::size_t n, DType d, float scale, bool sa
   check_scale(scale);
 #if defined(MPT_HAVE_AVX2_PATH)
   if (mpt::detail::use_avx2(impl, kNoAvx2))
-    return detail::quantize_into_avx2(x, n, f, scale, saturate, codes, counts);
+    return detail::quantize_into_simd(x, n, f, scale, saturate, codes, counts, detail::widest());
 #else
   (void)mpt::detail::use_avx2(impl, kNoAvx2);
 #endif
@@ -55,7 +57,8 @@ void quantize_mx_into(const float* x, std::size_t rows, std::size_t cols, DType 
     throw std::invalid_argument("MX quantization: unknown scale rule; valid: floor, rceil");
 #if defined(MPT_HAVE_AVX2_PATH)
   if (mpt::detail::use_avx2(impl, kNoAvx2)) {
-    detail::quantize_mx_into_avx2(x, rows, cols, f, rule, saturate, codes, e8m0, block_amax, counts);
+    detail::quantize_mx_into_simd(x, rows, cols, f, rule, saturate, codes, e8m0, block_amax, counts,
+                                  detail::widest());
     return;
   }
 #else
@@ -114,31 +117,69 @@ void add(Fp8Counts& counts, const RawCounts& c, bool saturate) {
 
 }  // namespace
 
-float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
-                         std::uint8_t* codes, Fp8Counts& counts) {
+SimdWidth widest() {
+#if defined(MPT_HAVE_AVX512_PATH)
+  return mpt::detail::avx512_conversions_available() ? SimdWidth::avx512 : SimdWidth::avx2;
+#else
+  return SimdWidth::avx2;
+#endif
+}
+
+float quantize_into_simd(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
+                         std::uint8_t* codes, Fp8Counts& counts, SimdWidth w) {
   const Fp8Encode k = encode_params(f, saturate);
   RawCounts c;
   float amax = 0.0f;
   for (std::size_t i = 0; i < n; i += kChunk) {
     const std::size_t m = std::min(kChunk, n - i);
-    amax = amax_step(amax, quantize_tensor_avx2(x + i, m, scale, codes + i, k, c));
+    const float a = w == SimdWidth::avx512 ? quantize_tensor_avx512(x + i, m, scale, codes + i, k, c)
+                                           : quantize_tensor_avx2(x + i, m, scale, codes + i, k, c);
+    amax = amax_step(amax, a);
   }
   add(counts, c, saturate);
   return amax;
 }
 
-void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
+void quantize_mx_into_simd(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
                            MxScaleRule rule, bool saturate, std::uint8_t* codes, std::uint8_t* e8m0,
-                           float* block_amax, Fp8Counts& counts) {
+                           float* block_amax, Fp8Counts& counts, SimdWidth w) {
   const Fp8Encode k = encode_params(f, saturate);
   const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
   RawCounts c;
+  const auto row = w == SimdWidth::avx512 ? quantize_mx_row_avx512 : quantize_mx_row_avx2;
   for (std::size_t r = 0; r < rows; ++r)
-    quantize_mx_row_avx2(x + r * cols, cols, rule == MxScaleRule::floor, codes + r * cols, e8m0 + r * per_row,
-                         block_amax != nullptr ? block_amax + r * per_row : nullptr, k, c);
+    row(x + r * cols, cols, rule == MxScaleRule::floor, codes + r * cols, e8m0 + r * per_row,
+        block_amax != nullptr ? block_amax + r * per_row : nullptr, k, c);
   add(counts, c, saturate);
 }
 
+#if !defined(MPT_HAVE_AVX512_PATH)
+// Built without the AVX-512 loops: widest() never picks them; these keep
+// their test linking everywhere (it skips).
+float quantize_tensor_avx512(const float* x, std::size_t n, float scale, std::uint8_t* codes,
+                             const Fp8Encode& k, RawCounts& c) {
+  return quantize_tensor_avx2(x, n, scale, codes, k, c);
+}
+void quantize_mx_row_avx512(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
+                            std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c) {
+  quantize_mx_row_avx2(x, cols, floor_rule, codes, e8m0, block_amax, k, c);
+}
+#endif
+
+}  // namespace detail
+#else
+namespace detail {
+// Built without the vector loops: quantize_into never calls these; their
+// tests link everywhere and skip.
+SimdWidth widest() { return SimdWidth::avx2; }
+float quantize_into_simd(const float*, std::size_t, const FormatSpec&, float, bool, std::uint8_t*, Fp8Counts&,
+                         SimdWidth) {
+  throw std::logic_error("FP8 quantization: this build has no vector loops");
+}
+void quantize_mx_into_simd(const float*, std::size_t, std::size_t, const FormatSpec&, MxScaleRule, bool,
+                           std::uint8_t*, std::uint8_t*, float*, Fp8Counts&, SimdWidth) {
+  throw std::logic_error("FP8 quantization: this build has no vector loops");
+}
 }  // namespace detail
 #endif
 

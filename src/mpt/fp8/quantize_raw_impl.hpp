@@ -1,57 +1,30 @@
-// Chapter 07 — FP8 training: private to src/mpt/fp8 — the AVX2 primitives
-// behind quantize_raw.hpp (quantize_avx2.cpp) and the loops that drive them
-// (quantize_raw.cpp).
-// Depends on: quantize_raw.hpp.
+// Chapter 07 — FP8 training: private to src/mpt/fp8 (and its tests) — the
+// vector paths of quantize_raw.hpp, which drive the AVX2 and AVX-512 loops
+// of quantize_simd.hpp (quantize_raw.cpp).
+// Depends on: quantize_raw.hpp, quantize_simd.hpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "mpt/fp8/quantize_raw.hpp"
+#include "mpt/fp8/quantize_simd.hpp"
 
-#if defined(MPT_HAVE_AVX2_PATH)
 namespace mpt::fp8::detail {
 
-/// An FP8 format's encode as plain numbers, computed by the caller, so that
-/// the AVX2 file calls no inline function of a shared header.
-struct Fp8Encode {
-  int mantissa_bits;            ///< m: 3 (E4M3) or 2 (E5M2)
-  std::uint32_t min_normal;     ///< the fp32 bits of 2^emin, the smallest normal
-  float subnormal_magic;        ///< 2^(emin − m + 23): |v| + this rounds |v| to the subnormal step
-  std::uint32_t rebias;         ///< (127 − bias) << m: fp32's exponent field to the format's
-  std::uint32_t max_code;       ///< the code of +max (E4M3 0x7E, E5M2 0x7B)
-  std::uint32_t overflow_code;  ///< +beyond without saturation: NaN (E4M3 0x7F) or inf (E5M2 0x7C)
-  std::uint32_t nan_code;       ///< the canonical +NaN (E4M3 0x7F, E5M2 0x7E)
-  bool saturate;                ///< clamp what lies beyond ±max to ±max
-  int emax;                     ///< the format's largest exponent (E4M3 8, E5M2 15): FLOOR's offset
-  float max_norm_rcp;           ///< fp32(1 / max): RCEIL's factor
-};
+/// The vector loops quantize_into and quantize_mx_into run: AVX-512 where
+/// the CPU has it (mpt::detail::avx512_conversions_available), else AVX2.
+/// The tests name each to compare both on one machine.
+enum class SimdWidth { avx2, avx512 };
+/// AVX-512 where this CPU and build have it, else AVX2.
+SimdWidth widest();
 
-/// Outcomes counted by the AVX2 loops (beyond: saturated or overflowed).
-struct RawCounts {
-  std::size_t beyond = 0;   ///< beyond ±max after rounding, or ±inf
-  std::size_t nan = 0;      ///< NaN values
-  std::size_t flushed = 0;  ///< non-zero x whose code is ±0
-};
-
-/// codes[i] = quantize_element(x[i], scale, f, saturate).code for i < n,
-/// outcomes counted into c; returns max |x[i]| with NaN ignored (0 for n = 0).
-float quantize_tensor_avx2(const float* x, std::size_t n, float scale, std::uint8_t* codes,
-                           const Fp8Encode& k, RawCounts& c);
-/// One row of an MX matrix: each run of 32 values of x[0..cols) (the last
-/// may be shorter) gets its amax (NaN ignored), its E8M0 code by the rule
-/// (floor_rule: FLOOR, else RCEIL; mx_scale_code's value) and its codes;
-/// e8m0[b] and, if not null, block_amax[b] are written.
-void quantize_mx_row_avx2(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
-                          std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c);
-
-/// quantize_into's AVX2 path (arguments already checked).
-float quantize_into_avx2(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
-                         std::uint8_t* codes, Fp8Counts& counts);
-/// quantize_mx_into's AVX2 path (arguments already checked).
-void quantize_mx_into_avx2(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
+/// quantize_into's vector path with the loops of `w` (arguments already checked).
+float quantize_into_simd(const float* x, std::size_t n, const FormatSpec& f, float scale, bool saturate,
+                         std::uint8_t* codes, Fp8Counts& counts, SimdWidth w);
+/// quantize_mx_into's vector path with the loops of `w` (arguments already checked).
+void quantize_mx_into_simd(const float* x, std::size_t rows, std::size_t cols, const FormatSpec& f,
                            MxScaleRule rule, bool saturate, std::uint8_t* codes, std::uint8_t* e8m0,
-                           float* block_amax, Fp8Counts& counts);
+                           float* block_amax, Fp8Counts& counts, SimdWidth w);
 
 }  // namespace mpt::fp8::detail
-#endif
