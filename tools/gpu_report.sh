@@ -263,6 +263,8 @@ else
     "racecheck test_ch04_softmax_cuda *small case of every kernel*"
     "memcheck test_ch06_gemm_tc_cuda *MLP*,*empty sizes*"
     "racecheck test_ch06_gemm_tc_cuda *MLP*"
+    "memcheck test_ch07_fp8_cuda *hand-made*,*all-zero block*,*bad arguments*"
+    "racecheck test_ch07_fp8_cuda *hand-made*,*all-zero block*"
   )
   for c in "${checks[@]}"; do
     read -r tool prog filter <<<"$c"

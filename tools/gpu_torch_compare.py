@@ -6,7 +6,9 @@
 # Depends on: Python 3 and torch with CUDA (numpy is not needed); without
 # them it says so and exits 0 (the report then says PyTorch was not there).
 #
-# Chapter 2's ops (casts, unscale, scale update, GEMM) and Chapters 3 and 4's
+# Chapter 2's ops (casts, unscale, scale update, GEMM), Chapter 7's FP8
+# quantize (per tensor and MX, against torch.float8_e4m3fn / float8_e5m2
+# casts, saturation semantics checked) and Chapters 3 and 4's
 # (LayerNorm, BatchNorm2d training, the fused cross-entropy, the masked
 # softmax): for each, how many output bits agree with PyTorch's, how far the
 # rest are apart (fp16 ulps, or relative error for FP32 results), and each
@@ -107,6 +109,71 @@ def main():
                      lambda t: t.clamp(-57344, 57344).to(torch.float8_e5m2), "fp32_to_e5m2", nane5)
     else:
         print("this torch has no float8 dtypes: FP8 casts not compared")
+
+    # Chapter 7: the FP8 quantize kernels against PyTorch's casts of the same
+    # x × scale (one fp32 multiply on both sides). PyTorch's .to(float8_*)
+    # does not saturate: a finite value beyond the format's max becomes NaN
+    # in e4m3fn (it has no inf) and ±inf in e5m2, and ±inf stays ±inf (NaN
+    # in e4m3fn) — the script counts this below instead of assuming it. Our
+    # saturating kernels are compared with clamp(-max, max) then .to() (what
+    # Transformer Engine's casts do), our non-saturating ones with the plain
+    # .to(). NaN codes agree by class.
+    if hasattr(torch, "float8_e4m3fn") and "fp8" in meta:
+        P = meta["fp8"]
+        xs = x * torch.tensor(P["scale"], dtype=torch.float32, device=dev)
+        finite_beyond = {}
+        for fmt, tdt, fmax, tie, is_nan in (("e4m3", torch.float8_e4m3fn, 448.0, 464.0, nane4),
+                                            ("e5m2", torch.float8_e5m2, 57344.0, 61440.0, nane5)):
+            plain = xs.to(tdt).view(u8)
+            beyond = torch.isfinite(xs) & (xs.abs() > tie)  # past the tie between max and the next step
+            back = plain[beyond].view(tdt).float()
+            finite_beyond[fmt] = (int(beyond.sum()), int(torch.isnan(back).sum()), int(torch.isinf(back).sum()))
+            for sat in (True, False):
+                name = f"fp8q_{fmt}_{'sat' if sat else 'nosat'}"
+                ours = load(name + ".u8", u8, n)
+                theirs = (xs.clamp(-fmax, fmax).to(tdt) if sat else xs.to(tdt)).view(u8)
+                same = ((ours == theirs) & ~nan_in) | (is_nan(ours) & is_nan(theirs))
+                equal = int(same.sum())
+                m = P[name]
+                note = (f"amax {m['amax']:g}, saturated {m['saturated']}, overflowed {m['overflowed']}, "
+                        f"NaN {m['nan']}, flushed {m['flushed']}; ")
+                note += "all equal" if equal == n else f"{n - equal} differ"
+                if equal != n:
+                    i = int((~same).nonzero()[0])
+                    note += f"; first at [{i}]: x*s={float(xs[i])!r} ours={int(ours[i]):#x} torch={int(theirs[i]):#x}"
+                how = "clamp, .to" if sat else ".to, no clamp"
+                row(f"quantize x*{P['scale']:g} -> {fmt} ({how})", equal, n, note, name if sat else None,
+                    ms((lambda t=tdt, f=fmax: (x * P["scale"]).clamp(-f, f).to(t))) if sat else None)
+        for fmt, (count, to_nan, to_inf) in finite_beyond.items():
+            print(f"torch .to({fmt}) of {count} finite values beyond max: {to_nan} became NaN, {to_inf} became inf "
+                  f"(a saturating cast would give {count} x ±max)")
+        # MX blocks of 32 along rows: the block amax with NaN ignored, the
+        # E8M0 code by each rule (bit arithmetic, as the OCP MX spec and
+        # Transformer Engine define them), then clamp and cast.
+        R, Cm = P["mx_rows"], P["mx_cols"]
+        xb = x[: R * Cm].reshape(R, Cm // 32, 32)
+        amax = torch.where(torch.isnan(xb), torch.zeros_like(xb), xb.abs()).amax(-1)
+        bits = amax.view(torch.int32)
+        for rule in ("floor", "rceil"):
+            if rule == "floor":
+                e = (((bits >> 23) & 0xFF) - 127 - 8).clamp(-127, 127)
+                code = e + 127
+            else:
+                r = (amax * torch.tensor(1.0 / 448.0, dtype=torch.float32, device=dev)).view(torch.int32)
+                ex, ma = r >> 23, r & 0x7FFFFF
+                up = (ma > 0) & (ex != 0xFE) & ~((ex == 0) & (ma <= 0x400000))
+                code = torch.where(r == 0x7F800000, torch.full_like(r, 0xFE), ex + up.int())
+            sbits = ((254 - code) << 23)
+            sbits = torch.where(code == 254, torch.full_like(sbits, 0x00400000), sbits)  # 2^-127
+            scale = sbits.view(torch.float32)
+            theirs = (xb * scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(u8).reshape(-1)
+            ours = load(f"mx_e4m3_{rule}.u8", u8, R * Cm)
+            ours_e = load(f"mx_e4m3_{rule}.e8m0", u8, R * Cm // 32)
+            nan_b = torch.isnan(xb).reshape(-1)
+            same = ((ours == theirs) & ~nan_b) | (nane4(ours) & nane4(theirs))
+            e_equal = int((ours_e.int() == code.reshape(-1)).sum())
+            row(f"MX e4m3 {rule.upper()} [{R}, {Cm}], blocks of 32 (amax, E8M0, clamp, .to)", int(same.sum()), R * Cm,
+                f"E8M0 codes equal {e_equal}/{R * Cm // 32}", f"mx_e4m3_{rule}", None)
 
     # Unscale and check: torch._amp_foreach_non_finite_check_and_unscale_.
     g0 = load("grads.f32", torch.float32, n)

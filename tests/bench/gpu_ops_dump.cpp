@@ -1,8 +1,8 @@
-// Chapter 02 — the GPU side of the PyTorch comparison in tools/gpu_report.sh:
+// All chapters — the GPU side of the PyTorch comparison in tools/gpu_report.sh:
 // runs this project's kernels on deterministic inputs and writes inputs,
 // outputs and kernel times to a folder, for tools/gpu_torch_compare.py to
 // run the same operations through PyTorch and compare bits and times.
-// Depends on: the kernels' host-only headers (formats, nn, amp),
+// Depends on: the kernels' host-only headers (formats, nn, amp, fp8),
 // bench_inputs.hpp, cuda_timing.hpp, the CUDA runtime.
 //
 //   gpu_ops_dump DIR [N]     N elements for the casts and the unscale (default 2^24)
@@ -10,6 +10,10 @@
 // Files (raw little-endian arrays; meta.json says what is where):
 //   x.f32             the cast inputs: specials first, then fill_wide_range
 //   fp16.u16 bf16.u16 e4m3.u8 e5m2.u8   our casts of x (FP8 saturating)
+//   fp8q_{e4m3,e5m2}_{sat,nosat}.u8       our per-tensor FP8 quantize of x × 0.37
+//                     (Chapter 7; amax and counts in meta.json's "fp8")
+//   mx_e4m3_{floor,rceil}.u8 and .e8m0    our MX quantize of the first
+//                     n / 1024 rows of 1024 values of x: codes, E8M0 codes
 //   grads.f32         the unscale input (an inf at index 1000003 % N)
 //   unscaled.f32      our unscale_and_check of grads by inv_scale, in place
 //   scale.f32 tracker.i32   update_scale after each step of meta's flags
@@ -48,6 +52,7 @@
 #include "cuda_timing.hpp"
 #include "kernels/amp/amp_kernels.hpp"
 #include "kernels/formats/formats_kernels.hpp"
+#include "kernels/fp8/fp8_kernels.hpp"
 #include "kernels/nn/nn_kernels.hpp"
 
 namespace {
@@ -180,6 +185,49 @@ int main(int argc, char** argv) {
   write_file(dir + "/bf16.u16", raw_codes<std::uint16_t>(d_b, n));
   write_file(dir + "/e4m3.u8", raw_codes<std::uint8_t>(d_e4, n));
   write_file(dir + "/e5m2.u8", raw_codes<std::uint8_t>(d_e5, n));
+
+  // --- FP8 quantize (Chapter 7): x × scale, both formats, saturating or not;
+  // MX blocks of 32 along rows of 1024 (the first n / 1024 rows of x) ----------
+  const float fp8_scale = 0.37f;  // not a power of two: the multiply's rounding shows
+  float* d_fp8_scale = device_copy(std::vector<float>{fp8_scale});
+  std::string fp8_meta;
+  {
+    const Buffer q(n), amax(4), counts(sizeof(mpt::cuda::Fp8DeviceCounts));
+    for (const mpt::DType d : {mpt::DType::e4m3, mpt::DType::e5m2})
+      for (const bool sat : {true, false}) {
+        const std::string name =
+            std::string("fp8q_") + (d == mpt::DType::e4m3 ? "e4m3" : "e5m2") + (sat ? "_sat" : "_nosat");
+        auto run = [&] {
+          mpt::cuda::fp8_quantize_per_tensor(d_x, n, d, d_fp8_scale, sat, q.as<std::uint8_t>(),
+                                             amax.as<float>(), counts.as<mpt::cuda::Fp8DeviceCounts>());
+        };
+        run();
+        write_file(dir + "/" + name + ".u8", host_copy(q.as<std::uint8_t>(), n));
+        const mpt::cuda::Fp8DeviceCounts c = host_copy(counts.as<mpt::cuda::Fp8DeviceCounts>(), 1)[0];
+        fp8_meta += std::string(fp8_meta.empty() ? "" : ", ") + "\"" + name +
+                    "\": {\"amax\": " + num(host_copy(amax.as<float>(), 1)[0]) +
+                    ", \"saturated\": " + std::to_string(c.saturated) +
+                    ", \"overflowed\": " + std::to_string(c.overflowed) +
+                    ", \"nan\": " + std::to_string(c.nan) + ", \"flushed\": " + std::to_string(c.flushed) +
+                    "}";
+        if (sat) timed(name.c_str(), run);
+      }
+    const std::size_t mx_cols = 1024, mx_rows = n / mx_cols;
+    const Buffer e8m0(mx_rows * mx_cols / 32 + 1);
+    for (const mpt::fp8::MxScaleRule rule : {mpt::fp8::MxScaleRule::floor, mpt::fp8::MxScaleRule::rceil}) {
+      const std::string name = rule == mpt::fp8::MxScaleRule::floor ? "mx_e4m3_floor" : "mx_e4m3_rceil";
+      auto run = [&] {
+        mpt::cuda::fp8_quantize_mx(d_x, mx_rows, mx_cols, mpt::DType::e4m3, rule, true, q.as<std::uint8_t>(),
+                                   e8m0.as<std::uint8_t>(), nullptr, counts.as<mpt::cuda::Fp8DeviceCounts>());
+      };
+      run();
+      write_file(dir + "/" + name + ".u8", host_copy(q.as<std::uint8_t>(), mx_rows * mx_cols));
+      write_file(dir + "/" + name + ".e8m0", host_copy(e8m0.as<std::uint8_t>(), mx_rows * mx_cols / 32));
+      timed(name.c_str(), run);
+    }
+    fp8_meta += ", \"scale\": " + num(fp8_scale) + ", \"mx_rows\": " + std::to_string(mx_rows) +
+                ", \"mx_cols\": " + std::to_string(mx_cols);
+  }
 
   // --- unscale_and_check ---------------------------------------------------------
   std::vector<float> g(n);
@@ -392,7 +440,7 @@ int main(int argc, char** argv) {
       ", \"momentum\": " + num(bn_momentum) + ", \"weight\": 1.5, \"bias\": 0.25}" +
       ",\n  \"cross_entropy\": {\"rows\": " + std::to_string(ce_rows) +
       ", \"classes\": " + std::to_string(ce_classes) +
-      ", \"label_smoothing\": " + num(ce_options.label_smoothing) +
+      ", \"label_smoothing\": " + num(ce_options.label_smoothing) + "},\n  \"fp8\": {" + fp8_meta +
       "},\n  \"masked_softmax\": {\"heads\": " + std::to_string(ms_heads) +
       ", \"L\": " + std::to_string(ms_l) + "},\n  \"ours_ms\": {" + times + "}\n}\n";
   std::FILE* f = std::fopen((dir + "/meta.json").c_str(), "w");
@@ -407,7 +455,7 @@ int main(int argc, char** argv) {
         static_cast<void*>(d_flags), static_cast<void*>(d_scale), static_cast<void*>(d_tracker),
         static_cast<void*>(d_scratch_scale), static_cast<void*>(d_scratch_tracker), static_cast<void*>(d_af),
         static_cast<void*>(d_bf), static_cast<void*>(d_a), static_cast<void*>(d_bb),
-        static_cast<void*>(d_c32), static_cast<void*>(d_c16)})
+        static_cast<void*>(d_c32), static_cast<void*>(d_c16), static_cast<void*>(d_fp8_scale)})
     cudaFree(p);
   std::printf("gpu_ops_dump: wrote %s (n = %zu, found_inf %g)\n", dir.c_str(), n, found_inf);
   return 0;
