@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -402,6 +404,37 @@ TEST_CASE("ReLU keeps NaN and passes dy through a NaN output, as PyTorch's relu 
     CHECK(dx(0, 4) == 0.0f);
     CHECK(dx(0, 5) == 0.0f);
     CHECK(std::isnan(dx(0, 6)));  // a NaN gradient where y > 0 stays NaN
+  }
+}
+
+TEST_CASE(
+    "ReLU on f16/bf16 codes gives the bits of widening, the formulas and rounding back, for every code") {
+  // The layer's f16/bf16 path works on the codes (each kept or +0); the
+  // reference is the generic path: layer_math on the widened values,
+  // rounded into the dtype.
+  std::vector<std::uint16_t> all(65536);
+  for (std::uint32_t c = 0; c < 65536; ++c) all[c] = static_cast<std::uint16_t>(c);
+  const auto codes_of = [](const Tensor& t) {
+    const auto* p = static_cast<const std::uint16_t*>(t.raw());
+    return std::vector<std::uint16_t>(p, p + t.numel());
+  };
+  for (DType p : {DType::f16, DType::bf16}) {
+    CAPTURE(std::string(dtype_name(p)));
+    const Tensor x =
+        Tensor::from_codes({256, 256}, p, [&](void* c) { std::memcpy(c, all.data(), 2 * 65536); });
+    Context ctx = uniform(p);
+    ReLU relu;
+    const Tensor y = relu.forward(x, ctx);
+    CHECK(codes_of(y) == codes_of(Tensor::from_matrix(layer_math::relu_forward<float>(x.to_matrix()), p)));
+    // Backward: every code as the saved output against gradients that
+    // include NaNs, infinities, zeros of both signs and subnormals.
+    std::vector<std::uint16_t> g(65536);
+    for (std::uint32_t c = 0; c < 65536; ++c) g[c] = static_cast<std::uint16_t>((c * 40503u + 7u) & 0xffffu);
+    const Tensor dy =
+        Tensor::from_codes({256, 256}, p, [&](void* c) { std::memcpy(c, g.data(), 2 * 65536); });
+    const Tensor dx = relu.backward(dy, ctx);
+    CHECK(codes_of(dx) ==
+          codes_of(Tensor::from_matrix(layer_math::relu_backward<float>(y.to_matrix(), dy.to_matrix()), p)));
   }
 }
 

@@ -126,6 +126,12 @@ Tensor Tensor::from_f32(const float* values, Shape shape, DType dtype, const Rou
   return t;
 }
 
+Tensor Tensor::from_codes(Shape shape, DType dtype, const std::function<void(void* codes)>& fill) {
+  Tensor t = uninitialized(dtype, std::move(shape));
+  if (t.storage_) fill(t.storage_->data());
+  return t;
+}
+
 Tensor Tensor::from_matrix(const Eigen::Ref<const MatrixF>& m, DType dtype) {
   Tensor t = uninitialized(dtype, {m.rows(), m.cols()});
   t.assign(m);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +98,11 @@ class Tensor {
   static Tensor from_f32(const float* values, Shape shape, DType dtype, const RoundingOptions& options = {});
   /// A row-major FP32 matrix, shape {rows, cols}, rounded into dtype.
   static Tensor from_matrix(const Eigen::Ref<const MatrixF>& m, DType dtype);
+  /// A tensor whose numel(shape) elements `fill` writes as dtype's bit
+  /// patterns (codes, e.g. the uint16 of an f16) into the buffer it is
+  /// given: nothing is rounded, since every pattern is a value of its dtype.
+  /// For ops that are exact on codes (ReLU keeps each element or gives +0).
+  static Tensor from_codes(Shape shape, DType dtype, const std::function<void(void* codes)>& fill);
   /// A tensor over `memory` (numel × element bytes), which the caller owns
   /// and keeps alive while this tensor, or a copy of it, reads it: no
   /// allocation, no copy. Copy on write holds as for any tensor (a write
