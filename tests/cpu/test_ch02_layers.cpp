@@ -420,8 +420,8 @@ TEST_CASE(
   };
   for (DType p : {DType::f16, DType::bf16}) {
     CAPTURE(std::string(dtype_name(p)));
-    const Tensor x =
-        Tensor::from_codes({256, 256}, p, [&](void* c) { std::memcpy(c, all.data(), 2 * 65536); });
+    const Tensor x = Tensor::from_codes(
+        {256, 256}, p, [&](void* c) { std::memcpy(c, all.data(), all.size() * sizeof(std::uint16_t)); });
     Context ctx = uniform(p);
     ReLU relu;
     const Tensor y = relu.forward(x, ctx);
@@ -430,8 +430,8 @@ TEST_CASE(
     // include NaNs, infinities, zeros of both signs and subnormals.
     std::vector<std::uint16_t> g(65536);
     for (std::uint32_t c = 0; c < 65536; ++c) g[c] = static_cast<std::uint16_t>((c * 40503u + 7u) & 0xffffu);
-    const Tensor dy =
-        Tensor::from_codes({256, 256}, p, [&](void* c) { std::memcpy(c, g.data(), 2 * 65536); });
+    const Tensor dy = Tensor::from_codes(
+        {256, 256}, p, [&](void* c) { std::memcpy(c, g.data(), g.size() * sizeof(std::uint16_t)); });
     const Tensor dx = relu.backward(dy, ctx);
     CHECK(codes_of(dx) ==
           codes_of(Tensor::from_matrix(layer_math::relu_backward<float>(y.to_matrix(), dy.to_matrix()), p)));

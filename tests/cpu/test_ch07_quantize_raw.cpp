@@ -14,7 +14,6 @@
 #include "mpt/fp8/quantize_raw.hpp"
 
 using mpt::DType;
-using mpt::Implementation;
 using mpt::fp8::MxScaleRule;
 
 TEST_CASE("quantize_into, portable: quantize_with_scale's codes, amax and counts") {
