@@ -130,6 +130,12 @@ RunConfig resolve_config(RunConfig c) {
   return c;
 }
 
+std::string fp8_data_parallel_refusal(const std::string& policy) {
+  return "policy " + policy +
+         ": FP8 training runs on one rank here (the ranks would have to share their amaxes, as "
+         "Transformer Engine reduces them over the data-parallel group)";
+}
+
 void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
   const auto differ = [](const char* field, const std::string& here, const std::string& there) {
     bad_config("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " +
@@ -206,10 +212,7 @@ struct TrainRun::Impl {
     check_patterns_select(spec, paths);
     if (!spec.needs().master_weights) net->set_master_weights(MasterWeights::none);
     fp8 = fp8::attach_fp8(*net, config.policy);
-    if (fp8 && parallel.comm != nullptr)
-      bad_config("policy " + config.policy +
-                 ": FP8 training runs on one rank here (the ranks would have to share their amaxes, as "
-                 "Transformer Engine reduces them over the data-parallel group)");
+    if (fp8 && parallel.comm != nullptr) bad_config(fp8_data_parallel_refusal(config.policy));
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
     if (parallel.comm != nullptr) {
       const std::int64_t rows = lm != nullptr ? kTextBatch : kBatch;

@@ -147,4 +147,8 @@ class TrainRun {
 /// line names the field and both values.
 void check_resumable(const RunConfig& wanted, const RunConfig& saved);
 
+/// Chapter 7: the one-line refusal of an FP8 policy in a data-parallel run
+/// (TrainRun's, and mpt train's before it needs MPI at all).
+std::string fp8_data_parallel_refusal(const std::string& policy);
+
 }  // namespace mpt::train
