@@ -1,11 +1,13 @@
 // Chapter 07 — FP8 training: the policy fp8:RECIPE and its named base.
-// Depends on: fp8_policy.hpp.
+// Depends on: fp8_policy.hpp, text.hpp (shown).
 #include "mpt/core/fp8_policy.hpp"
 
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+
+#include "mpt/core/text.hpp"
 
 namespace mpt {
 
@@ -49,7 +51,7 @@ std::optional<NamedBase> fp8_named_base(const std::string& text) {
   bool known = false;
   for (const char* const* r = kRecipes; *r != nullptr; ++r) known = known || recipe == *r;
   if (!known)
-    throw std::invalid_argument("named policy '" + text + "': fp8 takes fp8:RECIPE with RECIPE one of " +
+    throw std::invalid_argument("named policy " + shown(text) + ": fp8 takes fp8:RECIPE with RECIPE one of " +
                                 fp8_recipe_choices());
   NamedBase b{text, false, {}, {}};
   b.needs.scaler = "none";
