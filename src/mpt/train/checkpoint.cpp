@@ -360,9 +360,23 @@ void check_checkpoint_directory(const std::string& dir) {
   }
 }
 
+std::optional<ConfigDifference> configuration_difference(const RunConfig& theirs, const RunConfig& ours) {
+  if (theirs.model != ours.model) return ConfigDifference{"model", theirs.model, ours.model};
+  if (theirs.data != ours.data) return ConfigDifference{"data", theirs.data, ours.data};
+  if (theirs.policy != ours.policy) return ConfigDifference{"policy", theirs.policy, ours.policy};
+  if (theirs.scaler != ours.scaler) return ConfigDifference{"scaler", theirs.scaler, ours.scaler};
+  if (theirs.optimizer != ours.optimizer)
+    return ConfigDifference{"optimizer", theirs.optimizer, ours.optimizer};
+  if (theirs.lr != ours.lr)
+    return ConfigDifference{"lr", shortest_decimal(theirs.lr), shortest_decimal(ours.lr)};
+  if (theirs.seed != ours.seed)
+    return ConfigDifference{"seed", std::to_string(theirs.seed.value_or(0)),
+                            std::to_string(ours.seed.value_or(0))};
+  return std::nullopt;
+}
+
 bool same_run_configuration(const RunConfig& a, const RunConfig& b) {
-  return a.model == b.model && a.data == b.data && a.policy == b.policy && a.scaler == b.scaler &&
-         a.optimizer == b.optimizer && a.lr == b.lr && a.seed == b.seed;
+  return !configuration_difference(a, b);
 }
 
 namespace {
@@ -385,23 +399,6 @@ std::int64_t first_disagreement(const std::vector<StepRecord>& a, const std::vec
   return 0;
 }
 
-// "seed 1, where this run has seed 2": the first field of the run
-// configuration in which `theirs` differs from `ours`, or "".
-std::string configuration_difference(const RunConfig& theirs, const RunConfig& ours) {
-  const auto differ = [](const char* field, const std::string& there, const std::string& here) {
-    return std::string(field) + " " + there + ", where this run has " + field + " " + here;
-  };
-  if (theirs.model != ours.model) return differ("model", theirs.model, ours.model);
-  if (theirs.data != ours.data) return differ("data", theirs.data, ours.data);
-  if (theirs.policy != ours.policy) return differ("policy", theirs.policy, ours.policy);
-  if (theirs.scaler != ours.scaler) return differ("scaler", theirs.scaler, ours.scaler);
-  if (theirs.optimizer != ours.optimizer) return differ("optimizer", theirs.optimizer, ours.optimizer);
-  if (theirs.lr != ours.lr) return differ("lr", shortest_decimal(theirs.lr), shortest_decimal(ours.lr));
-  if (theirs.seed != ours.seed)
-    return differ("seed", std::to_string(theirs.seed.value_or(0)), std::to_string(ours.seed.value_or(0)));
-  return "";
-}
-
 // The checkpoint at `path`, or nothing when it does not parse.
 std::optional<Checkpoint> complete_checkpoint(const std::string& path) {
   try {
@@ -422,8 +419,9 @@ std::string other_runs_checkpoint(const std::string& dir, const RunConfig& confi
   for (const auto& [step, path] : list_checkpoints(dir)) {
     const std::optional<Checkpoint> c = complete_checkpoint(path);
     if (!c) continue;
-    const std::string what = configuration_difference(c->config, config);
-    if (!what.empty()) return path + " (" + what + ")";
+    if (const auto d = configuration_difference(c->config, config))
+      return path + " (" + d->field + " " + d->theirs + ", where this run has " + d->field + " " + d->ours +
+             ")";
     const std::int64_t k = first_disagreement(c->history, history);
     if (k != 0)
       return path + " (the same configuration, but its history differs from this run's at step " +

@@ -148,9 +148,21 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
 /// directory that cannot be read.
 void check_checkpoint_directory(const std::string& dir);
 
+/// The first field, in the order model, data, policy, scaler, optimizer,
+/// lr, seed, in which two configurations differ, with both values as text
+/// (check_resumable()'s refusal and other_runs_checkpoint()'s phrase are
+/// made from it); steps and every are not compared.
+struct ConfigDifference {
+  std::string field;   ///< "seed", "lr", ...
+  std::string theirs;  ///< the first configuration's value
+  std::string ours;    ///< the second's
+};
+
+/// See ConfigDifference; nothing when the two make the same run.
+std::optional<ConfigDifference> configuration_difference(const RunConfig& theirs, const RunConfig& ours);
+
 /// Whether `a` and `b` make the same run: equal in every field a resume
-/// must match (check_resumable()'s: model, data, policy, scaler, optimizer,
-/// lr, seed); steps and every may differ.
+/// must match (configuration_difference() finds none).
 bool same_run_configuration(const RunConfig& a, const RunConfig& b);
 
 /// Whether checkpoint `c` is of the run with configuration `config` and

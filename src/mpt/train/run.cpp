@@ -137,19 +137,10 @@ std::string fp8_data_parallel_refusal(const std::string& policy) {
 }
 
 void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
-  const auto differ = [](const char* field, const std::string& here, const std::string& there) {
-    bad_config("the checkpoint was made with " + std::string(field) + " " + there + " but this run has " +
-               field + " " + here + "; run with the checkpoint's " + field +
+  if (const auto d = configuration_difference(saved, wanted))
+    bad_config("the checkpoint was made with " + d->field + " " + d->theirs + " but this run has " +
+               d->field + " " + d->ours + "; run with the checkpoint's " + d->field +
                ", or pick another checkpoint with --resume-from PATH");
-  };
-  if (wanted.model != saved.model) differ("model", wanted.model, saved.model);
-  if (wanted.data != saved.data) differ("data", wanted.data, saved.data);
-  if (wanted.policy != saved.policy) differ("policy", wanted.policy, saved.policy);
-  if (wanted.scaler != saved.scaler) differ("scaler", wanted.scaler, saved.scaler);
-  if (wanted.optimizer != saved.optimizer) differ("optimizer", wanted.optimizer, saved.optimizer);
-  if (wanted.lr != saved.lr) differ("lr", lr_text(wanted.lr), lr_text(saved.lr));
-  if (wanted.seed != saved.seed)
-    differ("seed", std::to_string(wanted.seed.value_or(0)), std::to_string(saved.seed.value_or(0)));
 }
 
 // --- the run ---------------------------------------------------------------------
