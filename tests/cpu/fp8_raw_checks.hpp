@@ -148,8 +148,9 @@ inline std::size_t differ(const std::vector<std::uint8_t>& want, const std::vect
 /// width and the 2048-value tile.
 inline void check_per_tensor(Path path) {
   using mpt::DType;
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17},
-                        std::size_t{2047}, std::size_t{2048}, std::size_t{2049}, std::size_t{10007}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17}, std::size_t{127},
+        std::size_t{128}, std::size_t{2047}, std::size_t{2048}, std::size_t{2049}, std::size_t{10007}}) {
     const std::vector<float> x = mixed(n, 1234 + n);
     for (DType d : {DType::e4m3, DType::e5m2})
       for (float scale : {1.0f, 0.37f, 0x1p-12f, 0x1p+12f, 3.0e30f})
@@ -209,7 +210,12 @@ inline std::vector<float> mx_values(std::size_t rows, std::size_t cols, std::uin
 inline void check_mx(Path path) {
   using mpt::DType;
   using mpt::fp8::MxScaleRule;
-  const std::size_t shapes[][2] = {{1, 1}, {1, 31}, {3, 32}, {5, 33}, {7, 100}, {2, 2048}, {3, 2085}, {0, 5}};
+  // 512-value groups (the AVX-512 loop's unit): rows of whole groups end to
+  // end in an even and an odd count ({3, 512}: two streams and one left
+  // over; {1, 512}: one alone; {4, 1536}: twelve), and rows with groups and
+  // blocks left over ({2, 1100}, {3, 2085}).
+  const std::size_t shapes[][2] = {{1, 1},    {1, 31}, {3, 32},  {5, 33},  {7, 100},  {2, 2048},
+                                   {3, 2085}, {0, 5},  {1, 512}, {3, 512}, {4, 1536}, {2, 1100}};
   for (const auto& s : shapes) {
     const std::size_t rows = s[0], cols = s[1], n = rows * cols, blocks = rows * ((cols + 31) / 32);
     const std::vector<float> x = mx_values(rows, cols, 77 + cols);

@@ -146,10 +146,14 @@ void quantize_mx_into_simd(const float* x, std::size_t rows, std::size_t cols, c
   const Fp8Encode k = encode_params(f, saturate);
   const std::size_t per_row = (cols + kMxBlockSize - 1) / kMxBlockSize;
   RawCounts c;
-  const auto row = w == SimdWidth::avx512 ? quantize_mx_row_avx512 : quantize_mx_row_avx2;
-  for (std::size_t r = 0; r < rows; ++r)
-    row(x + r * cols, cols, rule == MxScaleRule::floor, codes + r * cols, e8m0 + r * per_row,
-        block_amax != nullptr ? block_amax + r * per_row : nullptr, k, c);
+  if (w == SimdWidth::avx512) {
+    quantize_mx_avx512(x, rows, cols, rule == MxScaleRule::floor, codes, e8m0, block_amax, k, c);
+  } else {
+    for (std::size_t r = 0; r < rows; ++r)
+      quantize_mx_row_avx2(x + r * cols, cols, rule == MxScaleRule::floor, codes + r * cols,
+                           e8m0 + r * per_row, block_amax != nullptr ? block_amax + r * per_row : nullptr, k,
+                           c);
+  }
   add(counts, c, saturate);
 }
 
@@ -160,9 +164,13 @@ float quantize_tensor_avx512(const float* x, std::size_t n, float scale, std::ui
                              const Fp8Encode& k, RawCounts& c) {
   return quantize_tensor_avx2(x, n, scale, codes, k, c);
 }
-void quantize_mx_row_avx512(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
-                            std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c) {
-  quantize_mx_row_avx2(x, cols, floor_rule, codes, e8m0, block_amax, k, c);
+void quantize_mx_avx512(const float* x, std::size_t rows, std::size_t cols, bool floor_rule,
+                        std::uint8_t* codes, std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k,
+                        RawCounts& c) {
+  const std::size_t per_row = (cols + 31) / 32;
+  for (std::size_t r = 0; r < rows; ++r)
+    quantize_mx_row_avx2(x + r * cols, cols, floor_rule, codes + r * cols, e8m0 + r * per_row,
+                         block_amax != nullptr ? block_amax + r * per_row : nullptr, k, c);
 }
 #endif
 

@@ -50,9 +50,12 @@ void quantize_mx_row_avx2(const float* x, std::size_t cols, bool floor_rule, std
 /// codes, amax and counts.
 float quantize_tensor_avx512(const float* x, std::size_t n, float scale, std::uint8_t* codes,
                              const Fp8Encode& k, RawCounts& c);
-/// quantize_mx_row_avx2 sixteen lanes wide: the same codes, E8M0 codes,
-/// amaxes and counts.
-void quantize_mx_row_avx512(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
-                            std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c);
+/// Every row of an MX matrix (rows × cols, row-major) as
+/// quantize_mx_row_avx2 does one row, sixteen lanes wide: the same codes,
+/// E8M0 codes (rows × ceil(cols / 32)), amaxes and counts. It takes the
+/// whole matrix so that its loop can run on across rows.
+void quantize_mx_avx512(const float* x, std::size_t rows, std::size_t cols, bool floor_rule,
+                        std::uint8_t* codes, std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k,
+                        RawCounts& c);
 
 }  // namespace mpt::fp8::detail
