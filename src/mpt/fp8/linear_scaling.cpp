@@ -12,6 +12,7 @@
 
 #include "mpt/core/fp8_policy.hpp"
 #include "mpt/fp8/gemm.hpp"
+#include "mpt/fp8/quantize_raw.hpp"
 
 namespace mpt::fp8 {
 
@@ -79,21 +80,23 @@ DelayedScaling& Fp8LinearScaling::state(Fp8Role role) {
 Tensor Fp8LinearScaling::quantize(const Tensor& x, Fp8Role role) {
   if (block_scaled()) throw std::logic_error("Fp8LinearScaling: an MX recipe has no per-tensor scale");
   std::vector<float> v = values_of(x);
-  const float amax = amax_of(v.data(), v.size());
   const DType d = dtype(role);
+  const auto i = static_cast<std::size_t>(role);
+  // The outcome counts come from quantize_into's encode, which the Tensor's
+  // codes equal (quantize_raw.hpp; its vector loops, bench_ch07_fp8_step
+  // says why), into a scratch buffer; delayed scaling's amax comes from the
+  // same pass, current scaling needs its amax before it has a scale.
+  codes_scratch_.resize(v.size());
   float scale = 0;
   if (options_.recipe == LinearRecipe::delayed) {
     DelayedScaling& s = state(role);
     scale = s.scale();
-    s.record_amax(amax);
+    s.record_amax(quantize_into(v.data(), v.size(), d, scale, true, codes_scratch_.data(), counts_[i]));
   } else {
-    scale = current_scale(amax, d, options_.current);
+    scale = current_scale(amax_of(v.data(), v.size()), d, options_.current);
+    (void)quantize_into(v.data(), v.size(), d, scale, true, codes_scratch_.data(), counts_[i]);
   }
-  const auto i = static_cast<std::size_t>(role);
   last_scale_[i] = scale;
-  // The outcome counts, from the encode the Tensor's codes equal (quantize.hpp).
-  const FormatSpec& f = fp8_spec(d);
-  for (const float e : v) counts_[i].add(quantize_element(e, scale, f, true).outcome);
   return Tensor::from_f32_scaled(v.data(), x.shape(), d, scale);
 }
 
@@ -101,8 +104,21 @@ Fp8Tensor Fp8LinearScaling::quantize_blocks(const std::vector<float>& v, std::in
                                             Fp8Role role) {
   const MxScaleRule rule =
       options_.recipe == LinearRecipe::mx_floor ? MxScaleRule::floor : MxScaleRule::rceil;
-  Fp8Tensor q = quantize_mx(v.data(), static_cast<std::size_t>(rows), static_cast<std::size_t>(cols),
-                            dtype(role), rule);
+  // quantize_mx's Fp8Tensor, filled by quantize_mx_into (the same codes,
+  // E8M0 codes, amaxes and counts, through the vector loops).
+  Fp8Tensor q;
+  q.dtype = dtype(role);
+  q.rows = static_cast<std::size_t>(rows);
+  q.cols = static_cast<std::size_t>(cols);
+  q.block = kMxBlockSize;
+  q.saturate = true;
+  q.codes.resize(q.rows * q.cols);
+  q.e8m0.resize(q.rows * q.blocks_per_row());
+  q.amax.resize(q.e8m0.size());
+  quantize_mx_into(v.data(), q.rows, q.cols, q.dtype, rule, true, q.codes.data(), q.e8m0.data(),
+                   q.amax.data(), q.counts);
+  q.scales.resize(q.e8m0.size());
+  for (std::size_t b = 0; b < q.e8m0.size(); ++b) q.scales[b] = e8m0_reciprocal(q.e8m0[b]);
   Fp8Counts& c = counts_[static_cast<std::size_t>(role)];
   c.saturated += q.counts.saturated;
   c.overflowed += q.counts.overflowed;

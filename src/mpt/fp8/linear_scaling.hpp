@@ -101,7 +101,8 @@ class Fp8LinearScaling final : public LinearFp8 {
   // columnwise copies xᵀ and Wᵀ (and their codes as Tensors, for saved()).
   Tensor x8_, w8_;
   Fp8Tensor xt_, wt_;
-  Tensor xt_codes_, wt_codes_;  // Tensor::borrowing views of xt_'s and wt_'s codes
+  Tensor xt_codes_, wt_codes_;               // Tensor::borrowing views of xt_'s and wt_'s codes
+  std::vector<std::uint8_t> codes_scratch_;  // quantize()'s codes, read for their counts only
 };
 
 /// The roles, in checkpoint order.
