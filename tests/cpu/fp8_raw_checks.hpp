@@ -164,6 +164,7 @@ inline void check_per_tensor(Path path) {
                                    (sat ? " sat" : " nosat");
           CAPTURE(what);
           CHECK(bits_of(amax) == bits_of(want.amax[0]));
+          CHECK(bits_of(mpt::fp8::amax_vector(x.data(), n)) == bits_of(want.amax[0]));
           CHECK(differ(want.codes,
                        std::vector<std::uint8_t>(codes.begin(), codes.begin() + static_cast<long>(n)), &x,
                        what) == 0);

@@ -2,6 +2,7 @@
 // Depends on: linear_scaling.hpp, gemm.hpp, core/fp8_policy.hpp.
 #include "mpt/fp8/linear_scaling.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -27,12 +28,19 @@ LinearRecipe linear_recipe_named(std::string_view name) {
 
 namespace {
 
-// The values of a [rows, cols] tensor, transposed: [cols, rows].
+// The values of a [rows, cols] tensor, transposed: [cols, rows]. In tiles
+// of 32 × 32, so that the writes, a row apart, stay in lines the cache
+// still holds (row by row, a 512 × 512 transpose was a quarter of an MX step).
 std::vector<float> transposed(const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t kTile = 32;
   std::vector<float> t(v.size());
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j)
-      t[static_cast<std::size_t>(j * rows + i)] = v[static_cast<std::size_t>(i * cols + j)];
+  for (std::int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const std::int64_t i1 = std::min(i0 + kTile, rows), j1 = std::min(j0 + kTile, cols);
+      for (std::int64_t i = i0; i < i1; ++i)
+        for (std::int64_t j = j0; j < j1; ++j)
+          t[static_cast<std::size_t>(j * rows + i)] = v[static_cast<std::size_t>(i * cols + j)];
+    }
   return t;
 }
 
@@ -93,7 +101,7 @@ Tensor Fp8LinearScaling::quantize(const Tensor& x, Fp8Role role) {
     scale = s.scale();
     s.record_amax(quantize_into(v.data(), v.size(), d, scale, true, codes_scratch_.data(), counts_[i]));
   } else {
-    scale = current_scale(amax_of(v.data(), v.size()), d, options_.current);
+    scale = current_scale(amax_vector(v.data(), v.size()), d, options_.current);
     (void)quantize_into(v.data(), v.size(), d, scale, true, codes_scratch_.data(), counts_[i]);
   }
   last_scale_[i] = scale;

@@ -383,6 +383,27 @@ void mx_matrix(const float* x, std::size_t rows, std::size_t cols, bool floor_ru
 
 }  // namespace
 
+float amax_avx512(const float* x, std::size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const auto abs_of = [abs_mask](__m512 v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), abs_mask));
+  };
+  // Four independent chains; VMAXPS(|x|, running) keeps running when |x| is NaN.
+  __m512 m0 = _mm512_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_ps(abs_of(_mm512_loadu_ps(x + i)), m0);
+    m1 = _mm512_max_ps(abs_of(_mm512_loadu_ps(x + i + 16)), m1);
+    m2 = _mm512_max_ps(abs_of(_mm512_loadu_ps(x + i + 32)), m2);
+    m3 = _mm512_max_ps(abs_of(_mm512_loadu_ps(x + i + 48)), m3);
+  }
+  for (; i < n; i += 16) {  // masked-off lanes read as 0, which raises nothing
+    const std::size_t m = n - i < 16 ? n - i : 16;
+    m0 = _mm512_max_ps(abs_of(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1u), x + i)), m0);
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+
 float quantize_tensor_avx512(const float* x, std::size_t n, float scale, std::uint8_t* codes,
                              const Fp8Encode& k, RawCounts& c) {
   const Consts v(k, 23 - k.mantissa_bits);

@@ -49,6 +49,13 @@ float quantize_into(const float* x, std::size_t n, DType d, float scale, bool sa
   return amax;
 }
 
+float amax_vector(const float* x, std::size_t n) {
+#if defined(MPT_HAVE_AVX512_PATH)
+  if (detail::widest() == detail::SimdWidth::avx512) return detail::amax_avx512(x, n);
+#endif
+  return amax_of(x, n);
+}
+
 void quantize_mx_into(const float* x, std::size_t rows, std::size_t cols, DType d, MxScaleRule rule,
                       bool saturate, std::uint8_t* codes, std::uint8_t* e8m0, float* block_amax,
                       Fp8Counts& counts, Implementation impl) {

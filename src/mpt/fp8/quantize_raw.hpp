@@ -36,6 +36,11 @@ namespace mpt::fp8 {
 float quantize_into(const float* x, std::size_t n, DType d, float scale, bool saturate, std::uint8_t* codes,
                     Fp8Counts& counts, Implementation impl = Implementation::automatic);
 
+/// amax_of(x, n) (quantize.hpp): max |x[i]|, NaN ignored — through the
+/// AVX-512 loop where the CPU has it, else amax_of itself. Current scaling
+/// reads a tensor for its amax before it can quantize it.
+float amax_vector(const float* x, std::size_t n);
+
 /// quantize_mx(x, rows, cols, d, rule, saturate) into the caller's arrays:
 /// codes (rows × cols), e8m0 (rows × ceil(cols / 32)), block_amax (the
 /// same count, or null), counts added to. Blocks of kMxBlockSize.

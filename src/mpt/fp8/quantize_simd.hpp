@@ -46,6 +46,9 @@ float quantize_tensor_avx2(const float* x, std::size_t n, float scale, std::uint
 void quantize_mx_row_avx2(const float* x, std::size_t cols, bool floor_rule, std::uint8_t* codes,
                           std::uint8_t* e8m0, float* block_amax, const Fp8Encode& k, RawCounts& c);
 
+/// max |x[i]| for i < n, NaN ignored, 0 for n = 0 (amax_of's value), sixteen
+/// lanes wide (quantize_avx512.cpp).
+float amax_avx512(const float* x, std::size_t n);
 /// quantize_tensor_avx2 sixteen lanes wide (quantize_avx512.cpp): the same
 /// codes, amax and counts.
 float quantize_tensor_avx512(const float* x, std::size_t n, float scale, std::uint8_t* codes,
