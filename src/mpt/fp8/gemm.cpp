@@ -94,11 +94,13 @@ Tensor fp8_gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, c
   std::vector<float> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
   gemm_fma(m, n, k, av.data(), a.cols(), op_a, bv.data(), b.cols(), op_b, c.data(), n);
   const float d = descale_of(a) * descale_of(b);
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    float v = c[i] * d;
-    if (bias != nullptr) v += bf[i % static_cast<std::size_t>(n)];
-    c[i] = v;
-  }
+  const auto cols = static_cast<std::size_t>(n);
+  for (std::size_t at = 0; at < c.size(); at += cols)  // row by row: the bias by column, no i % n
+    for (std::size_t j = 0; j < cols; ++j) {
+      float v = c[at + j] * d;
+      if (bias != nullptr) v += bf[j];
+      c[at + j] = v;
+    }
   return Tensor::from_f32(c.data(), {m, n}, out);
 }
 
@@ -124,7 +126,8 @@ Tensor fp8_gemm_mx(const Fp8Tensor& a, const Fp8Tensor& b, DType out, const Tens
   std::vector<float> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
   gemm_fma(m, n, k, av.data(), k, Op::N, bv.data(), k, Op::T, c.data(), n);
   if (bias != nullptr)
-    for (std::size_t i = 0; i < c.size(); ++i) c[i] += bf[i % static_cast<std::size_t>(n)];
+    for (std::size_t at = 0; at < c.size(); at += static_cast<std::size_t>(n))
+      for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) c[at + j] += bf[j];
   return Tensor::from_f32(c.data(), {m, n}, out);
 }
 
