@@ -231,9 +231,10 @@ int main(int argc, char** argv) {
 
   std::string sizes;
   for (int s : g_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  // No count of repetitions here: a quick rerun with one prints the same header.
   std::printf(
-      "\nFP8 training step, emulated on the CPU, one core; time: the fastest of %d repetitions (CPU time)\n",
-      g_repetitions);
+      "\nFP8 training step, emulated on the CPU, one core; time: the fastest of the repetitions (CPU "
+      "time)\n");
   print_table(rep, "mlp",
               "MLP " + sizes + " (ReLU), batch " + std::to_string(g_batch) + ", SGD momentum 0.9");
   if (g_lm)
