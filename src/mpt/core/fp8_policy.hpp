@@ -18,10 +18,18 @@
 //    them (the weight cast cache).
 // The recipe (delayed, current, mx-floor, mx-rceil) is not the policy's business: the policy
 // names where FP8 is; the per-layer scaling state (fp8/linear_scaling.hpp)
-// decides the scales. No loss scaler: TE trains FP8 under bf16 without one,
-// the per-tensor scale of the output gradient taking the loss scale's place.
+// decides the scales. The policy text carries the recipe's options, as
+// Transformer Engine's recipe objects take them, written as Chapter 6's
+// jmp: presets write theirs (no spaces; the canonical text omits the
+// defaults and lists the rest in this order):
+//     fp8:delayed:margin=M,history=H,algo=max|most_recent   DelayedScaling
+//     fp8:current:margin=M                                  Float8CurrentScaling
+// M in 0..kFp8PolicyMaxMargin (TE's default 0), H in 1..kFp8PolicyMaxHistory
+// (default 1024), algo default max; mx-floor and mx-rceil take none. No loss scaler: TE trains FP8 under bf16
+// without one, the per-tensor scale of the output gradient taking the loss scale's place.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +38,26 @@
 #include "mpt/core/policy_string.hpp"
 
 namespace mpt {
+
+/// The largest margin and amax history a policy text accepts: the fp8
+/// tier's kMaxMargin and kMaxAmaxHistoryLen (recipes.hpp; linear_scaling.cpp
+/// checks that they agree).
+inline constexpr int kFp8PolicyMaxMargin = 24;
+inline constexpr std::size_t kFp8PolicyMaxHistory = std::size_t{1} << 20;
+
+/// The options of fp8:RECIPE:OPTIONS (see the top of the file), TE's defaults
+/// where the text gives none.
+struct Fp8RecipeOptions {
+  int margin = 0;              ///< delayed, current: aim the amax at fp8_max / 2^margin
+  std::size_t history = 1024;  ///< delayed: amax_history_len
+  bool most_recent = false;    ///< delayed: algo most_recent (else max)
+};
+
+/// A policy's recipe and its options.
+struct Fp8Recipe {
+  std::string name;          ///< "delayed", "current", "mx-floor", "mx-rceil"
+  Fp8RecipeOptions options;  ///< what the text gave, defaults elsewhere
+};
 
 /// The recipes `fp8:RECIPE` names: "delayed", "current", "mx-floor", "mx-rceil".
 const char* const* fp8_recipe_names();
@@ -40,9 +68,13 @@ std::string fp8_recipe_choices();
 class Fp8Policy final : public Policy {
  public:
   /// `recipe` is what describe() names ("delayed", "current").
-  explicit Fp8Policy(std::string recipe) : recipe_(std::move(recipe)) {}
+  explicit Fp8Policy(std::string recipe) : recipe_{std::move(recipe), {}} {}
+  /// A recipe with its options.
+  explicit Fp8Policy(Fp8Recipe recipe) : recipe_(std::move(recipe)) {}
   /// The recipe's name.
-  const std::string& recipe() const { return recipe_; }
+  const std::string& recipe() const { return recipe_.name; }
+  /// The recipe's options.
+  const Fp8RecipeOptions& options() const { return recipe_.options; }
   /// "FP8, recipe delayed: Linear layers' GEMMs in FP8 — x and W e4m3 forward, dy e5m2 ...".
   std::string describe() const override;
 
@@ -53,11 +85,15 @@ class Fp8Policy final : public Policy {
   DType parameter_dtype_of(const OpInfo& op, std::string_view path) const override;
 
  private:
-  std::string recipe_;
+  Fp8Recipe recipe_;
 };
 
 /// The recipe of a canonical policy text whose base is fp8:RECIPE
-/// ("fp8:delayed+fc3=f32" gives "delayed"), or "" for any other policy.
+/// ("fp8:delayed+fc3=f32" and "fp8:delayed:margin=1" give "delayed"), or ""
+/// for any other policy.
 std::string fp8_recipe_of_policy(const std::string& canonical_text);
+/// The recipe and its options of a canonical policy text whose base is
+/// fp8:RECIPE[:OPTIONS]; std::invalid_argument for any other policy.
+Fp8Recipe fp8_recipe_and_options_of_policy(const std::string& canonical_text);
 
 }  // namespace mpt

@@ -217,10 +217,16 @@ void Fp8Training::update() {
 }
 
 std::unique_ptr<Fp8Training> attach_fp8(Module& model, const std::string& canonical_policy) {
-  const std::string recipe = fp8_recipe_of_policy(canonical_policy);
-  if (recipe.empty()) return nullptr;
+  if (fp8_recipe_of_policy(canonical_policy).empty()) return nullptr;
+  static_assert(kFp8PolicyMaxMargin == kMaxMargin && kFp8PolicyMaxHistory == kMaxAmaxHistoryLen,
+                "the policy text's option ranges are the recipes' (core/fp8_policy.hpp, recipes.hpp)");
+  const Fp8Recipe r = fp8_recipe_and_options_of_policy(canonical_policy);
   Fp8LinearOptions o;
-  o.recipe = linear_recipe_named(recipe);
+  o.recipe = linear_recipe_named(r.name);
+  o.delayed.margin = r.options.margin;
+  o.delayed.amax_history_len = r.options.history;
+  o.delayed.algo = r.options.most_recent ? AmaxComputeAlgo::most_recent : AmaxComputeAlgo::max;
+  o.current.margin = r.options.margin;
   return std::make_unique<Fp8Training>(model, o);
 }
 

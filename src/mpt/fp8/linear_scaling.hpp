@@ -132,8 +132,9 @@ class Fp8Training {
   std::vector<Layer> layers_;
 };
 
-/// For a canonical policy text whose base is fp8:RECIPE: the Fp8Training of
-/// `model` under RECIPE with TE's defaults; null for any other policy.
+/// For a canonical policy text whose base is fp8:RECIPE[:OPTIONS]: the
+/// Fp8Training of `model` under RECIPE with the text's options (TE's
+/// defaults for the rest); null for any other policy.
 std::unique_ptr<Fp8Training> attach_fp8(Module& model, const std::string& canonical_policy);
 
 }  // namespace mpt::fp8
