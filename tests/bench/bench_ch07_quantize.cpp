@@ -40,7 +40,8 @@
 // group's loads interleaved into this group's encode, and fewer operations
 // per value made them overlap. Streaming stores for the codes gained a few
 // percent at most and were left out (a GEMM reads the codes next). The
-// AVX2 loops have none of this yet (their rows carry no target).
+// AVX2 per-tensor loop walks four streams too; the AVX2 MX loop is as it
+// was (their rows carry no target).
 //
 // The size: by default the smallest power of two n whose 5n bytes moved
 // per pass are at least twice the largest cache Google Benchmark reports,
