@@ -2,8 +2,8 @@
 // Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
 // doctest, test_support.hpp.
 //
-// The pitfalls of the fp8 tier alone: FP8 without a scale, a spike under
-// delayed scaling, an amax history too long and too short, one outlier under
+// FP8 without a scale, E4M3 for the output gradients (the blobs MLP trained
+// under FP8), a spike under delayed scaling, an amax history too long and too short, one outlier under
 // a per-tensor scale, saturation that hides an overflow, E4M3's max (240,
 // 448, 480). Every entry must still show its failure and its fix, its checks
 // must be able to fail, and its runs must be deterministic. The numbers the
@@ -28,8 +28,9 @@ const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::p
 
 TEST_CASE("chapter 7 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
-      7, {"fp8-no-scaling", "delayed-scaling-spike", "amax-history-too-long", "amax-history-too-short",
-          "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480"});
+      7,
+      {"fp8-no-scaling", "e4m3-for-gradients", "delayed-scaling-spike", "amax-history-too-long",
+       "amax-history-too-short", "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480"});
 }
 
 TEST_CASE("chapter 7: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {
@@ -54,6 +55,15 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
           static_cast<double>(57344.0f / static_cast<float>(f.get("gradient_amax"))));
     // with current scaling the amax lands on the max: nothing beyond it
     CHECK(f.get("gradient_saturated_fraction") == 0);
+  }
+  SUBCASE("e4m3-for-gradients: the windows of the two formats, and one first step") {
+    const RunResult b = runs_of("e4m3-for-gradients").broken;
+    const RunResult f = runs_of("e4m3-for-gradients").fixed;
+    // E4M3: 448 = 1.75·2^8 down to 2^-9; E5M2: 57344 = 1.75·2^15 down to 2^-16
+    CHECK(b.get("dy_window_binades") == doctest::Approx(std::log2(448.0) + 9));
+    CHECK(f.get("dy_window_binades") == doctest::Approx(std::log2(57344.0) + 16));
+    // the first forward is E4M3 with scale 1 in both runs: the same loss
+    CHECK(b.get("first_loss") == f.get("first_loss"));
   }
   SUBCASE("delayed-scaling-spike: the scale of amax 1, then 16 steps of the spike's") {
     const RunResult b = runs_of("delayed-scaling-spike").broken;
