@@ -1,20 +1,25 @@
 // Chapter 07 — tests of chapter 7's pitfalls
 // Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
-// doctest, test_support.hpp.
+// mpt/train/run.hpp and checkpoint.hpp (the run resume-drops-amax-history
+// resumes), doctest, test_support.hpp.
 //
 // FP8 without a scale, E4M3 for the output gradients (the blobs MLP trained
-// under FP8), a spike under delayed scaling, an amax history too long and too short, one outlier under
-// a per-tensor scale, saturation that hides an overflow, E4M3's max (240,
-// 448, 480). Every entry must still show its failure and its fix, its checks
+// under FP8), a spike under delayed scaling, an amax history too long and
+// too short, one outlier under a per-tensor scale, saturation that hides an
+// overflow, E4M3's max (240, 448, 480), a resume of `mpt train`'s run that
+// drops the FP8 histories and scales. Every entry must still show its failure and its fix, its checks
 // must be able to fail, and its runs must be deterministic. The numbers the
 // chapter text builds on are pinned at the end, against values worked out by
 // hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "mpt/registry/pitfall.hpp"
+#include "mpt/train/checkpoint.hpp"
+#include "mpt/train/run.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -28,9 +33,9 @@ const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::p
 
 TEST_CASE("chapter 7 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
-      7,
-      {"fp8-no-scaling", "e4m3-for-gradients", "delayed-scaling-spike", "amax-history-too-long",
-       "amax-history-too-short", "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480"});
+      7, {"fp8-no-scaling", "e4m3-for-gradients", "delayed-scaling-spike", "amax-history-too-long",
+          "amax-history-too-short", "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480",
+          "resume-drops-amax-history"});
 }
 
 TEST_CASE("chapter 7: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {
@@ -128,5 +133,30 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
     // 224, 232, 240 kept; the other 34 are inf
     CHECK(b.get("ieee_style_largest_kept") == 240);
     CHECK(b.get("ieee_style_inf") == 34);
+  }
+  SUBCASE("resume-drops-amax-history: scale 1 against the checkpoint's scales") {
+    const RunResult b = runs_of("resume-drops-amax-history").broken;
+    const RunResult f = runs_of("resume-drops-amax-history").fixed;
+    // 3 Linears × (x, W, dy): 9 scales, each with a history
+    CHECK(b.get("fp8_scales") == 9);
+    CHECK(b.get("first_step_scales_at_one") == 9);
+    // scale 1 against the scales `mpt train` saved after 100 steps: the gap is the largest |log2| of those
+    mpt::train::RunConfig c;
+    c.model = "mlp";
+    c.policy = "fp8:delayed";
+    c.scaler = "none";
+    c.steps = 100;
+    mpt::train::TrainRun run(c);
+    for (int i = 0; i < 100; ++i) (void)run.step();
+    double largest = 0;
+    for (const mpt::train::TensorRecord& t : run.checkpoint().tensors)
+      if (t.name.rfind("fp8.scale/", 0) == 0)
+        largest = std::max(largest, std::fabs(std::log2(static_cast<double>(t.values.at(0)))));
+    CHECK(b.get("first_step_scale_gap_binades") == doctest::Approx(largest));
+    // the scales never come back within the 20 steps: the uninterrupted run's histories hold the
+    // amaxes of the 100 steps before the checkpoint, for 1024 updates
+    CHECK(b.get("steps_scales_differ") == 20);
+    CHECK(b.get("last_step_scale_gap_binades") > 0);
+    CHECK(f.get("first_step_scale_gap_binades") == 0);
   }
 }

@@ -97,5 +97,8 @@ Pitfall per_tensor_outlier_pitfall();
 Pitfall saturation_hides_overflow_pitfall();
 /// e4m3-max-240-448-480: which values between 240 and 512 each E4M3 keeps.
 Pitfall e4m3_max_240_448_480_pitfall();
+/// resume-drops-amax-history: a resume without the FP8 histories and scales
+/// quantizes with scale 1, then with other scales than the uninterrupted run.
+Pitfall resume_drops_amax_history_pitfall();
 
 }  // namespace mpt::ch07

@@ -23,6 +23,7 @@ void register_chapter07_pitfalls(Registry& registry) {
   registry.add(ch07::per_tensor_outlier_pitfall());
   registry.add(ch07::saturation_hides_overflow_pitfall());
   registry.add(ch07::e4m3_max_240_448_480_pitfall());
+  registry.add(ch07::resume_drops_amax_history_pitfall());
 }
 
 }  // namespace mpt
