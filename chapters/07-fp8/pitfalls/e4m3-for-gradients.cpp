@@ -8,22 +8,27 @@
 // <memory>, <string>, <vector>.
 //
 // E4M3 has one more significand bit than E5M2 and 14 fewer binades: with a
-// per-tensor scale that puts a tensor's amax on the format's max, E4M3 keeps
-// the values down to about 2^-17.8 of the amax (448 / 2^-9), E5M2 down to
-// about 2^-31.8 (57344 / 2^-16). A forward activation rarely spans more than
-// the first; an output gradient dy often does: its rows are the losses'
-// derivatives per sample, and a sample the model already gets right has a
-// derivative orders of magnitude below one it gets wrong. So Transformer
-// Engine's default format, HYBRID, stores dy in E5M2 (range) and x, W in
-// E4M3 (precision); Format.E4M3 stores dy in E4M3 too.
+// per-tensor scale that puts a tensor's amax near the format's max, E4M3
+// keeps the values down to about 2^-17.8 of the amax (448 / 2^-9), E5M2 down
+// to about 2^-31.8 (57344 / 2^-16). An output gradient dy can span more than
+// the first: its rows are the loss's derivatives per sample, and a sample
+// the model already gets right has a derivative orders of magnitude below
+// one it gets wrong. Transformer Engine's default format, HYBRID, stores dy
+// in E5M2 (range) and x, W in E4M3 (precision); its Format.E4M3 stores dy in
+// E4M3 too.
 //
-// Both runs train Chapter 2's blobs MLP (8-32-32-4, SGD with momentum, the
-// run `mpt train --policy fp8:delayed` trains) with delayed scaling (TE's
-// defaults), one with Format.E4M3 and one with HYBRID, and measure every dy
-// the three Linear layers quantize: how many of its nonzero values flush to
-// zero, its relative error, and the relative error of the weight gradient
-// dW = dyᵀ·x that the FP8 GEMM computes from it (against the same GEMM on
-// the unquantized dy).
+// Both runs train Chapter 2's blobs MLP (8-32-32-4, SGD with momentum: the
+// run `mpt train --model mlp --policy fp8:delayed` trains) with delayed
+// scaling (TE's defaults), one with Format.E4M3 (Fp8LinearOptions::format)
+// and one with HYBRID, and measure every dy the three Linear layers
+// quantize: its span in binades, how many of its nonzero values flush to
+// zero, how many samples' rows lose every value, how many become
+// subnormals, its relative error, and the relative error of the weight
+// gradient dW = dyᵀ·x the FP8 GEMM computes from it (against dyᵀ·x summed in
+// double from the unquantized dy and the x the GEMM read). The relative
+// errors are norms, which the large values dominate: there E4M3's extra bit
+// counts, and what E4M3 loses is the small values, whole rows of them. The
+// outcomes show both, and the loss, as measured.
 #include <algorithm>
 #include <cmath>
 #include <memory>

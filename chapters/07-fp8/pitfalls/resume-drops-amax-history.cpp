@@ -8,14 +8,16 @@
 // Under delayed scaling, each FP8 tensor's scale comes from the amaxes of
 // earlier steps (scale = fp8_max / max(amax history)): the histories and
 // scales are state, as much as the weights and the optimizer's moments. A
-// resume that restores the masters and the optimizer but not them (a loader
-// that takes the model's and the optimizer's state and leaves the FP8
-// metadata behind, as loading Transformer Engine's modules without their
-// extra state does) starts every tensor at scale 1 with an empty history —
-// a fresh run's FP8 state in the middle of training. The first step after
-// it quantizes with scale 1: the output gradients, three orders of
-// magnitude below E5M2's max, fall near the bottom of the format, the
-// forward tensors away from E4M3's max. Its update then takes the scales
+// resume that restores the masters and the optimizer but not them starts
+// every tensor at scale 1 with an empty history — a fresh run's FP8 state in
+// the middle of training. (Transformer Engine keeps them in each module's
+// `_extra_state` entry of the state dict: NVIDIA/TransformerEngine
+// docs/faq.rst, "FP8 checkpoint compatibility"; a loader that leaves that
+// entry behind resumes so.) The first step after
+// it quantizes with scale 1: the output gradients, whose amax lies many
+// binades below E5M2's max, keep only the few binades between their amax
+// and E5M2's smallest subnormal, and the forward tensors sit below E4M3's
+// max instead of on it. Its update then takes the scales
 // from the one amax the history has seen, not from the earlier steps' as
 // the uninterrupted run does, and the two runs differ from there on.
 // `mpt train`'s checkpoints hold every delayed state (fp8.amax_history/ and
