@@ -71,6 +71,20 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
     CHECK(f.get("dy_window_binades") == doctest::Approx(std::log2(57344.0) + 16));
     // the first forward is E4M3 with scale 1 in both runs: the same loss
     CHECK(b.get("first_loss") == f.get("first_loss"));
+    // the HYBRID run is `mpt train --model mlp --policy fp8:delayed`'s run: the same losses
+    mpt::train::RunConfig c;
+    c.model = "mlp";
+    c.policy = "fp8:delayed";
+    c.scaler = "none";
+    c.steps = 300;
+    mpt::train::TrainRun run(c);
+    double late = 0;
+    for (int i = 0; i < 300; ++i) {
+      const float loss = run.step().loss;
+      if (i == 0) CHECK(f.get("first_loss") == static_cast<double>(loss));
+      if (i >= 250) late += loss;
+    }
+    CHECK(f.get("late_loss") == late / 50);
   }
   SUBCASE("delayed-scaling-spike: the scale of amax 1, then 16 steps of the spike's") {
     const RunResult b = runs_of("delayed-scaling-spike").broken;
