@@ -17,9 +17,9 @@ namespace mpt::ex07 {
 namespace {
 
 std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+  std::uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof(float));
+  return b;
 }
 
 // The largest finite value of an element format, and the exponent of its
