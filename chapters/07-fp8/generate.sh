@@ -8,7 +8,8 @@
 # BUILD_DIR/chapters/ch07_numbers; for --bench and the docs test's quick
 # rerun also BUILD_DIR/tests/bench/bench_ch07_quantize), the digits file (the
 # MLP's sweep; the build's fetch-data target), the licence texts of
-# /usr/share/common-licenses (the Transformer's corpus, --bench only),
+# /usr/share/common-licenses (the Transformer's corpus: --bench, and the
+# quick rerun of --check),
 # ../generate_common.sh (the modes, the splicing and the check, shared by
 # every chapter), bash, awk, grep, Graphviz's dot (the picture).
 #
