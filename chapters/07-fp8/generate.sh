@@ -33,8 +33,8 @@ bench_records=(transformer.txt fp8-curves-transformer.svg bench-quantize.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
-pitfall_ids=(fp8-no-scaling delayed-scaling-spike amax-history-too-long amax-history-too-short per-tensor-outlier
-             saturation-hides-overflow e4m3-max-240-448-480)
+pitfall_ids=(fp8-no-scaling e4m3-for-gradients delayed-scaling-spike amax-history-too-long amax-history-too-short
+             per-tensor-outlier saturation-hides-overflow e4m3-max-240-448-480 resume-drops-amax-history)
 
 # The values of the quantize examples: a block whose largest value lands
 # above 448 × 2^-8 × 2^floor(log2) (1.9: FLOOR saturates it, RCEIL does
