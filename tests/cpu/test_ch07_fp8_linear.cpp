@@ -164,6 +164,48 @@ TEST_CASE("an FP8 Linear is the fp8 tier's quantize and GEMM, forward and backwa
   CHECK(bwd);
 }
 
+TEST_CASE("Format E4M3: the Linear's dy is quantized in E4M3 with E4M3's scale, dx and dW from those codes") {
+  // What Chapter 7's pitfall e4m3-for-gradients runs: the backward GEMMs read
+  // dy in E4M3 (scale 448 / amax), not HYBRID's E5M2 (57344 / amax).
+  const std::int64_t batch = 4, in = 24, out = 3;
+  const std::vector<float> w = ramp(static_cast<std::size_t>(out * in), 0.011f, -0.1f);
+  const std::vector<float> b(static_cast<std::size_t>(out), 0.0f);
+  mpt::Linear lin(Tensor::from_f32(w.data(), {out, in}, DType::f32),
+                  Tensor::from_f32(b.data(), {out}, DType::f32));
+  lin.set_path("fc1");
+  mpt::Context ctx(mpt::parse_policy_string("fp8:current").make());
+  lin.apply_policy(ctx.policy());
+  mpt::fp8::Fp8LinearOptions o;
+  o.recipe = mpt::fp8::LinearRecipe::current;
+  o.format = mpt::fp8::Fp8Format::e4m3;
+  auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
+  lin.fp8 = state;
+  CHECK(state->dtype(Fp8Role::grad_output) == DType::e4m3);
+
+  const std::vector<float> xv = ramp(static_cast<std::size_t>(batch * in), 0.3f, -2.0f);
+  const Tensor x = Tensor::from_f32(xv.data(), {batch, in}, DType::bf16);
+  (void)lin.forward(x, ctx);
+  // dy spans 2^-27 .. 2^-3: E4M3's 17.8 binades cannot hold it all.
+  std::vector<float> dyv(static_cast<std::size_t>(batch * out));
+  for (std::size_t i = 0; i < dyv.size(); ++i) dyv[i] = std::ldexp(1.0f, -3 - static_cast<int>(i) * 24 / 11);
+  const Tensor dy = Tensor::from_f32(dyv.data(), {batch, out}, DType::bf16);
+  const Tensor dx = lin.backward(dy, ctx);
+
+  const std::vector<float> xr = values_of(x), dyr = values_of(dy);
+  const float sx = mpt::fp8::current_scale(mpt::fp8::amax_of(xr.data(), xr.size()), DType::e4m3);
+  const float sw = mpt::fp8::current_scale(mpt::fp8::amax_of(w.data(), w.size()), DType::e4m3);
+  const float sg = mpt::fp8::current_scale(mpt::fp8::amax_of(dyr.data(), dyr.size()), DType::e4m3);
+  CHECK(state->last_scale(Fp8Role::grad_output) == sg);
+  const Tensor xq = quantized(xr, {batch, in}, DType::e4m3, sx);
+  const Tensor wq = quantized(w, {out, in}, DType::e4m3, sw);
+  const Tensor gq = quantized(dyr, {batch, out}, DType::e4m3, sg);
+  CHECK(same_bits(values_of(dx), values_of(mpt::fp8::fp8_gemm(gq, Op::N, wq, Op::N, DType::bf16))));
+  CHECK(
+      same_bits(values_of(lin.weight.grad), values_of(mpt::fp8::fp8_gemm(gq, Op::T, xq, Op::N, DType::f32))));
+  // The smallest dy values are below E4M3's smallest subnormal at this scale: flushed.
+  CHECK(state->counts(Fp8Role::grad_output).flushed > 0);
+}
+
 TEST_CASE("an MX Linear: each GEMM's operands blocked along its own k, bit for bit") {
   // k differs per GEMM: in = 40 forward, out = 36 for dx, B = 34 for dW —
   // each over one full block of 32 and a short one, so a block along the

@@ -1,20 +1,25 @@
 // Chapter 07 — tests of chapter 7's pitfalls
 // Depends on: mpt/registry/pitfall.hpp, mpt::chapters (pitfall_registry),
-// doctest, test_support.hpp.
+// mpt/train/run.hpp and checkpoint.hpp (the run resume-drops-amax-history
+// resumes), doctest, test_support.hpp.
 //
-// The pitfalls of the fp8 tier alone: FP8 without a scale, a spike under
-// delayed scaling, an amax history too long and too short, one outlier under
-// a per-tensor scale, saturation that hides an overflow, E4M3's max (240,
-// 448, 480). Every entry must still show its failure and its fix, its checks
+// FP8 without a scale, E4M3 for the output gradients (the blobs MLP trained
+// under FP8), a spike under delayed scaling, an amax history too long and
+// too short, one outlier under a per-tensor scale, saturation that hides an
+// overflow, E4M3's max (240, 448, 480), a resume of `mpt train`'s run that
+// drops the FP8 histories and scales. Every entry must still show its failure and its fix, its checks
 // must be able to fail, and its runs must be deterministic. The numbers the
 // chapter text builds on are pinned at the end, against values worked out by
 // hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "mpt/registry/pitfall.hpp"
+#include "mpt/train/checkpoint.hpp"
+#include "mpt/train/run.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -28,8 +33,9 @@ const mpt_test::PitfallRuns& runs_of(const std::string& id) { return mpt_test::p
 
 TEST_CASE("chapter 7 registers its pitfalls, in order, after the chapters before it") {
   mpt_test::check_chapter_registration(
-      7, {"fp8-no-scaling", "delayed-scaling-spike", "amax-history-too-long", "amax-history-too-short",
-          "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480"});
+      7, {"fp8-no-scaling", "e4m3-for-gradients", "delayed-scaling-spike", "amax-history-too-long",
+          "amax-history-too-short", "per-tensor-outlier", "saturation-hides-overflow", "e4m3-max-240-448-480",
+          "resume-drops-amax-history"});
 }
 
 TEST_CASE("chapter 7: every pitfall shows its symptom and its fix, and its checks tell the runs apart") {
@@ -39,7 +45,9 @@ TEST_CASE("chapter 7: every pitfall shows its symptom and its fix, and its check
 }
 
 // No timed test here: `mpt tour --chapter 7` shows how long the chapter's
-// pitfalls take (hundredths of a second in a Release build).
+// pitfalls take (hundredths of a second in a Release build for those of the
+// fp8 tier alone; tenths for e4m3-for-gradients, which trains the MLP twice
+// for 300 steps, and resume-drops-amax-history).
 
 TEST_CASE("chapter 7: the numbers the chapter states") {
   SUBCASE("fp8-no-scaling: scale 1, then fp8_max / amax for each tensor") {
@@ -54,6 +62,29 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
           static_cast<double>(57344.0f / static_cast<float>(f.get("gradient_amax"))));
     // with current scaling the amax lands on the max: nothing beyond it
     CHECK(f.get("gradient_saturated_fraction") == 0);
+  }
+  SUBCASE("e4m3-for-gradients: the windows of the two formats, and one first step") {
+    const RunResult b = runs_of("e4m3-for-gradients").broken;
+    const RunResult f = runs_of("e4m3-for-gradients").fixed;
+    // E4M3: 448 = 1.75·2^8 down to 2^-9; E5M2: 57344 = 1.75·2^15 down to 2^-16
+    CHECK(b.get("dy_window_binades") == doctest::Approx(std::log2(448.0) + 9));
+    CHECK(f.get("dy_window_binades") == doctest::Approx(std::log2(57344.0) + 16));
+    // the first forward is E4M3 with scale 1 in both runs: the same loss
+    CHECK(b.get("first_loss") == f.get("first_loss"));
+    // the HYBRID run is `mpt train --model mlp --policy fp8:delayed`'s run: the same losses
+    mpt::train::RunConfig c;
+    c.model = "mlp";
+    c.policy = "fp8:delayed";
+    c.scaler = "none";
+    c.steps = 300;
+    mpt::train::TrainRun run(c);
+    double late = 0;
+    for (int i = 0; i < 300; ++i) {
+      const float loss = run.step().loss;
+      if (i == 0) CHECK(f.get("first_loss") == static_cast<double>(loss));
+      if (i >= 250) late += loss;
+    }
+    CHECK(f.get("late_loss") == late / 50);
   }
   SUBCASE("delayed-scaling-spike: the scale of amax 1, then 16 steps of the spike's") {
     const RunResult b = runs_of("delayed-scaling-spike").broken;
@@ -118,5 +149,30 @@ TEST_CASE("chapter 7: the numbers the chapter states") {
     // 224, 232, 240 kept; the other 34 are inf
     CHECK(b.get("ieee_style_largest_kept") == 240);
     CHECK(b.get("ieee_style_inf") == 34);
+  }
+  SUBCASE("resume-drops-amax-history: scale 1 against the checkpoint's scales") {
+    const RunResult b = runs_of("resume-drops-amax-history").broken;
+    const RunResult f = runs_of("resume-drops-amax-history").fixed;
+    // 3 Linears × (x, W, dy): 9 scales, each with a history
+    CHECK(b.get("fp8_scales") == 9);
+    CHECK(b.get("first_step_scales_at_one") == 9);
+    // scale 1 against the scales `mpt train` saved after 100 steps: the gap is the largest |log2| of those
+    mpt::train::RunConfig c;
+    c.model = "mlp";
+    c.policy = "fp8:delayed";
+    c.scaler = "none";
+    c.steps = 100;
+    mpt::train::TrainRun run(c);
+    for (int i = 0; i < 100; ++i) (void)run.step();
+    double largest = 0;
+    for (const mpt::train::TensorRecord& t : run.checkpoint().tensors)
+      if (t.name.rfind("fp8.scale/", 0) == 0)
+        largest = std::max(largest, std::fabs(std::log2(static_cast<double>(t.values.at(0)))));
+    CHECK(b.get("first_step_scale_gap_binades") == doctest::Approx(largest));
+    // the scales never come back within the 20 steps: the uninterrupted run's histories hold the
+    // amaxes of the 100 steps before the checkpoint, for 1024 updates
+    CHECK(b.get("steps_scales_differ") == 20);
+    CHECK(b.get("last_step_scale_gap_binades") > 0);
+    CHECK(f.get("first_step_scale_gap_binades") == 0);
   }
 }

@@ -5,12 +5,15 @@
 //
 // One file per pitfall, pitfalls/<id>.cpp: its broken run, its fixed run,
 // their outcomes and its checks, ending with the function that returns its
-// registry entry (declared here, called by pitfalls/register.cpp). These
-// pitfalls need only the fp8 tier: no training. Their tensors are drawn
-// with the project's Rng (seeded), quantized by the tier's recipes and
-// measured element by element with quantize_element's verdicts, in
-// milliseconds. The `//! [id-broken]` / `//! [id-fixed]` markers delimit the
-// code the chapter text shows.
+// registry entry (declared here, called by pitfalls/register.cpp). Most of
+// these pitfalls need only the fp8 tier: their tensors are drawn with the
+// project's Rng (seeded), quantized by the tier's recipes and measured
+// element by element with quantize_element's verdicts, in milliseconds. Two
+// train: e4m3-for-gradients measures the output gradients of the blobs MLP
+// under FP8 training, and resume-drops-amax-history resumes `mpt train`'s
+// run from its checkpoint (a fraction of a second each). The
+// `//! [id-broken]` / `//! [id-fixed]` markers delimit the code the chapter
+// text shows.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +82,8 @@ inline constexpr std::size_t kHistoryPeriod = 16;
 
 /// fp8-no-scaling: scale 1 flushes gradients and saturates large activations.
 Pitfall fp8_no_scaling_pitfall();
+/// e4m3-for-gradients: dy in E4M3 loses the small rows' gradients; HYBRID's E5M2 keeps them.
+Pitfall e4m3_for_gradients_pitfall();
 /// delayed-scaling-spike: the spike saturates, then the stale amax keeps
 /// the scale small and later tensors underflow.
 Pitfall delayed_scaling_spike_pitfall();
@@ -92,5 +97,8 @@ Pitfall per_tensor_outlier_pitfall();
 Pitfall saturation_hides_overflow_pitfall();
 /// e4m3-max-240-448-480: which values between 240 and 512 each E4M3 keeps.
 Pitfall e4m3_max_240_448_480_pitfall();
+/// resume-drops-amax-history: a resume without the FP8 histories and scales
+/// quantizes with scale 1, then with other scales than the uninterrupted run.
+Pitfall resume_drops_amax_history_pitfall();
 
 }  // namespace mpt::ch07

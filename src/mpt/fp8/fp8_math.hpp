@@ -122,10 +122,12 @@ MPT_HD inline float scaled_max(const FormatSpec& f, int margin) {
 /// transformer_engine/common/recipe/delayed_scaling.cu (commit
 /// d0067d0da6cb01811b8072a7d304f0e00344ce2b), "Update scale".
 MPT_HD inline float delayed_scale_from_amax(float amax, float previous_scale, float scaled_max_value) {
+  //! [delayed-scale]
   float scale = previous_scale;
   if (!is_non_finite_bits(amax) && amax > 0.0f) scale = scaled_max_value / amax;
   if (is_non_finite_bits(scale) && !is_nan_bits(scale)) scale = mpt::detail::float_of(0x7f7fffffu);
   return scale;
+  //! [delayed-scale]
 }
 
 /// Current scaling's scale from this tensor's own amax, Transformer
@@ -179,6 +181,7 @@ enum class MxScaleRule : std::uint8_t {
 ///    fp32 first, exactly as its kernels compute it; an all-zero block gets
 ///    code 0, an infinite amax 2^127.
 MPT_HD inline std::uint8_t mx_scale_code(float amax, const FormatSpec& f, MxScaleRule rule) {
+  //! [mx-scale-rules]
   if (is_nan_bits(amax)) return kE8M0Nan;
   if (rule == MxScaleRule::floor) {
     const int field = static_cast<int>((mpt::detail::bits_of(amax) >> 23) & 0xffu);
@@ -186,6 +189,7 @@ MPT_HD inline std::uint8_t mx_scale_code(float amax, const FormatSpec& f, MxScal
   }
   const float max_norm_rcp = static_cast<float>(1.0 / static_cast<double>(format_max(f)));
   return e8m0_round_up(amax * max_norm_rcp);
+  //! [mx-scale-rules]
 }
 
 }  // namespace mpt::fp8

@@ -92,6 +92,7 @@ Tensor fp8_gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, c
     bias->to_f32(bf.data());
   }
   std::vector<float> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
+  //! [fp8-gemm-descale]
   gemm_fma(m, n, k, av.data(), a.cols(), op_a, bv.data(), b.cols(), op_b, c.data(), n);
   const float d = descale_of(a) * descale_of(b);
   const auto cols = static_cast<std::size_t>(n);
@@ -101,6 +102,7 @@ Tensor fp8_gemm(const Tensor& a, Op op_a, const Tensor& b, Op op_b, DType out, c
       if (bias != nullptr) v += bf[j];
       c[at + j] = v;
     }
+  //! [fp8-gemm-descale]
   return Tensor::from_f32(c.data(), {m, n}, out);
 }
 

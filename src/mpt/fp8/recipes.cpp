@@ -75,6 +75,7 @@ Fp8Tensor DelayedScaling::quantize(const float* x, std::size_t n, bool saturate)
 }
 
 void DelayedScaling::update() {
+  //! [delayed-update]
   const std::size_t len = history_.size();
   const float last = history_[0];
   float amax = 0.0f;
@@ -91,6 +92,7 @@ void DelayedScaling::update() {
   if (options_.algo == AmaxComputeAlgo::most_recent) amax = last;
   last_amax_ = amax;
   scale_ = delayed_scale_from_amax(amax, scale_, scaled_max_);
+  //! [delayed-update]
 }
 
 std::vector<DelayedStep> simulate_delayed(const std::vector<float>& amaxes, DType dtype,
