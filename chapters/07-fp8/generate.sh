@@ -29,7 +29,7 @@ required_programs=(src/cli/mpt chapters/ch07_numbers)
 # The Transformer's sweep is a record: 35 runs of 200 steps, minutes of FP8
 # emulation each (see run_benchmarks). Its picture is written by the same
 # run, so it is a record too.
-bench_records=(transformer.txt fp8-curves-transformer.svg bench-quantize.txt)
+bench_records=(transformer.txt fp8-curves-transformer.svg bench-quantize.txt bench-fp8-step.txt)
 # shellcheck source=../generate_common.sh
 source "$chapter_dir/../generate_common.sh"
 
@@ -40,6 +40,14 @@ pitfall_ids=(fp8-no-scaling e4m3-for-gradients delayed-scaling-spike amax-histor
 # above 448 × 2^-8 × 2^floor(log2) (1.9: FLOOR saturates it, RCEIL does
 # not) and whose smallest, 2^-17, RCEIL flushes and FLOOR keeps.
 block_values="1.9 -1.8 1 0.3 0x1p-17"
+
+# A command that must be refused: its one line on stderr and its exit status.
+refused() {
+  local rc=0
+  "$@" 2>&1 >/dev/null || rc=$?
+  [[ $rc -ne 0 ]] || { echo "generate.sh: '$*' was not refused" >&2; return 1; }
+  echo "(exit status $rc)"
+}
 
 generate_all() {
   local mpt="$build/src/cli/mpt" numbers="$build/chapters/ch07_numbers" dir="$1"
@@ -66,6 +74,10 @@ generate_all() {
     "mpt fp8 simulate --recipe delayed --format e4m3 --history 1" \
     "$mpt" fp8 simulate --recipe delayed --format e4m3 --history 1
   gen_run trace-mlp "mpt trace --model mlp --policy fp8:delayed" "$mpt" trace --model mlp --policy fp8:delayed
+  policy_options() { "$mpt" policy show fp8:delayed:margin=1,history=16,algo=most_recent | head -n 2; }
+  gen_run policy-options "mpt policy show fp8:delayed:margin=1,history=16,algo=most_recent | head -n 2" policy_options
+  gen_run policy-option-refused "mpt train --model mlp --policy fp8:mx-floor:margin=1 --steps 10" \
+    refused "$mpt" train --model mlp --policy fp8:mx-floor:margin=1 --steps 10
   # The MLP's sweep writes generated/fp8-curves-mlp.svg and prints that path:
   # run it from the chapter folder (or the scratch copy) so the path is the
   # same wherever. 35 runs of 300 steps: seconds.
@@ -101,8 +113,9 @@ generate_all() {
 # same bytes (a minute); --check reruns it on 2^20 elements, minimally, and
 # compares its variants and targets.
 #
-# A marked place for the lead: the FP8 step's cost (bench_ch07_fp8_step) is
-# wired here at merge.
+# The step benchmark: one training step of the MLP and the tiny Transformer
+# under f32, bf16 and the four FP8 recipes, each against bf16's (about a
+# minute); --check reruns it minimally and compares its rows' names.
 run_benchmarks() {
   pushd "$1" >/dev/null
   gen_bench transformer.txt chapters/ch07_numbers '^the tiny Transformer' train transformer generated \
@@ -112,7 +125,8 @@ run_benchmarks() {
   gen_bench_ran+=(fp8-curves-transformer.svg)
   gen_bench bench-quantize.txt tests/bench/bench_ch07_quantize '^FP8 E4M3 quantize' --benchmark_min_time=0.5 \
     -- --n=1048576 --benchmark_min_time=0.001 --repetitions=1
-  # (bench_ch07_fp8_step: wired at merge)
+  gen_bench bench-fp8-step.txt tests/bench/bench_ch07_fp8_step '^FP8 training step' --benchmark_min_time=0.5 \
+    -- --benchmark_min_time=0.001 --repetitions=1
 }
 
 # What of a record does not depend on timing or training: the Transformer's
@@ -128,6 +142,8 @@ bench_deterministic() {
         table { print substr($0, 1, 18) }
       ' ;;
     fp8-curves-transformer.svg) cat >/dev/null ;;
+    bench-fp8-step.txt)
+      awk '/^FP8 training step/ || /^(MLP|tiny Transformer) / || /^model / { print; next } $1 == "mlp" || $1 == "lm" { print $1, $2 }' ;;
     bench-quantize.txt)
       awk '/^variant / { t = 1; print; next } t && NF >= 5 { print $1, $5 }' ;;
     *) cat ;;

@@ -592,7 +592,8 @@ void add_train_commands(CLI::App& app, mpt::cli::Handlers& handlers) {
        "[+PATTERN=autocast-off|autocast-on...]; BASE a dtype (f32, bf16, f16) or a preset: O0-O3 (apex), "
        "mixed_float16, mixed_bfloat16 (Keras), autocast:cuda[:f16|bf16], autocast:cpu[:bf16|f16], "
        "jmp:POLICY, fp8:delayed|current|mx-floor|mx-rceil (Linear GEMMs in FP8, Transformer Engine's "
-       "recipes); PATTERN a "
+       "recipes; fp8:delayed:margin=M,history=H,algo=max|most_recent and fp8:current:margin=M set their "
+       "options); PATTERN a "
        "layer path with * and ** that must select a layer of the model (the last rule "
        "that covers a layer wins); e.g. f16+keep-f32:layer_norm, f16+block*.mlp=f32, O1 (required; "
        "`mpt policy show P` explains one)")

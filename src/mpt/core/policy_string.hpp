@@ -13,7 +13,9 @@
 //     NAMED   := Chapter 6's presets (presets.hpp): "autocast:" DEVICE [":" DTYPE],
 //                O0 | O1 | O2 | O3 (apex), mixed_float16 | mixed_bfloat16 (Keras),
 //                "jmp:" a jmp policy string (jmp's own grammar),
-//                "fp8:" RECIPE, RECIPE delayed | current | mx-floor | mx-rceil (Chapter 7)
+//                "fp8:" RECIPE [":" OPTIONS], RECIPE delayed | current | mx-floor | mx-rceil,
+//                OPTIONS for delayed margin=M,history=H,algo=max|most_recent, for
+//                current margin=M, comma-separated, each at most once (Chapter 7)
 //     CLAUSE  := "keep-f32:" OP ( "," OP )*             ops by PyTorch name
 //              | "keep-f32-layers:" PATH ( "," PATH )*  layers by path
 //              | PATTERN "=" DTYPE                      layers by pattern (Chapter 6)
@@ -98,7 +100,7 @@ struct NamedBase {
 /// nullopt when `text` is none (a dtype, or unknown). Throws
 /// std::invalid_argument, one line, for a malformed autocast: or jmp: text.
 std::optional<NamedBase> named_base(const std::string& text);
-/// Chapter 7: the named policy "fp8:RECIPE" (RECIPE delayed, current, mx-floor, mx-rceil),
+/// Chapter 7: the named policy "fp8:RECIPE[:OPTIONS]" (RECIPE delayed, current, mx-floor, mx-rceil),
 /// or nullopt when `text` does not start with "fp8:". Throws
 /// std::invalid_argument, one line, for an unknown recipe. Declared here,
 /// for named_base(); defined in fp8_policy.cpp.
