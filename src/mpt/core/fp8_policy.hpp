@@ -39,10 +39,11 @@
 
 namespace mpt {
 
-/// The largest margin and amax history a policy text accepts: the fp8
-/// tier's kMaxMargin and kMaxAmaxHistoryLen (recipes.hpp; linear_scaling.cpp
-/// checks that they agree).
+/// The largest margin a policy text accepts: the fp8 tier's kMaxMargin
+/// (recipes.hpp; linear_scaling.cpp checks that they agree).
 inline constexpr int kFp8PolicyMaxMargin = 24;
+/// The longest amax history a policy text accepts: the fp8 tier's
+/// kMaxAmaxHistoryLen (recipes.hpp; linear_scaling.cpp checks that they agree).
 inline constexpr std::size_t kFp8PolicyMaxHistory = std::size_t{1} << 20;
 
 /// The options of fp8:RECIPE:OPTIONS (see the top of the file), TE's defaults

@@ -116,8 +116,7 @@ std::string apex_origin(const ApexLevel& l) {
 
 std::string named_base_choices() {
   return "O0-O3, mixed_float16, mixed_bfloat16, autocast:cuda|cpu[:f16|bf16], jmp:POLICY, "
-         "fp8:delayed[:margin=M,history=H,algo=max|most_recent], fp8:current[:margin=M], fp8:mx-floor, "
-         "fp8:mx-rceil";
+         "fp8:delayed|current|mx-floor|mx-rceil";
 }
 
 namespace {
