@@ -190,9 +190,6 @@ Plan plan_of(const TrainArgs& a) {
       throw UsageError("--comm-dtype: '" + a.comm_dtype + "' is not one of f32, f16, bf16");
     p.comm_dtype = mpt::dtype_named(a.comm_dtype);
   }
-  // Chapter 7: refused whether or not this mpt has MPI (TrainRun refuses it too).
-  if (a.data_parallel && a.policy.rfind("fp8:", 0) == 0)
-    throw UsageError(tr::fp8_data_parallel_refusal(a.policy));
 #if !MPT_HAVE_MPI
   if (a.data_parallel)
     throw UsageError(

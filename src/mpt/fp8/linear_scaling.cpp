@@ -216,6 +216,30 @@ void Fp8Training::update() {
   for (Layer& l : layers_) l.fp8->update();
 }
 
+std::vector<float> Fp8Training::pending_amaxes() const {
+  std::vector<float> out;
+  if (options_.recipe != LinearRecipe::delayed) return out;
+  out.reserve(layers_.size() * kFp8Roles.size());
+  for (const Layer& l : layers_)
+    for (const Fp8Role r : kFp8Roles) out.push_back(l.fp8->state(r).pending_amax());
+  return out;
+}
+
+void Fp8Training::set_pending_amaxes(const std::vector<float>& amaxes) {
+  const std::size_t want = options_.recipe == LinearRecipe::delayed ? layers_.size() * kFp8Roles.size() : 0;
+  if (amaxes.size() != want)
+    throw std::invalid_argument("Fp8Training: " + std::to_string(amaxes.size()) + " pending amaxes for " +
+                                std::to_string(want) +
+                                " delayed states (3 per Linear under delayed scaling)");
+  for (const float a : amaxes)
+    if (!(a >= 0.0f))
+      throw std::invalid_argument("Fp8Training: a pending amax of " + std::to_string(a) +
+                                  "; an amax is >= 0 (not NaN)");
+  std::size_t i = 0;
+  for (Layer& l : layers_)
+    for (const Fp8Role r : kFp8Roles) l.fp8->state(r).set_pending_amax(amaxes[i++]);
+}
+
 std::unique_ptr<Fp8Training> attach_fp8(Module& model, const std::string& canonical_policy) {
   if (fp8_recipe_of_policy(canonical_policy).empty()) return nullptr;
   static_assert(kFp8PolicyMaxMargin == kMaxMargin && kFp8PolicyMaxHistory == kMaxAmaxHistoryLen,

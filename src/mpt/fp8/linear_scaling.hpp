@@ -117,6 +117,16 @@ class Fp8Training {
   Fp8Training(Module& model, const Fp8LinearOptions& options);
   /// After each step: every layer's update().
   void update();
+  /// Delayed: every state's pending_amax() — the amaxes recorded this step,
+  /// before update() — layers in visit() order, roles in kFp8Roles order
+  /// (3 × layers() entries); empty under any other recipe (no state). What
+  /// a data-parallel run reduces across its ranks (train/fp8_parallel.hpp).
+  std::vector<float> pending_amaxes() const;
+  /// Write pending_amaxes() back, in the same order (each state's
+  /// set_pending_amax). std::invalid_argument (one line) for a count other
+  /// than pending_amaxes().size(), or an amax that is NaN or negative; all
+  /// is checked before anything changes.
+  void set_pending_amaxes(const std::vector<float>& amaxes);
   /// One layer: its path and its state.
   struct Layer {
     std::string path;                       ///< the Linear's path ("fc1", "block0.attn.q")

@@ -66,6 +66,13 @@ void DelayedScaling::restore(float scale, const std::vector<float>& history) {
   scale_ = scale;
 }
 
+void DelayedScaling::set_pending_amax(float amax) {
+  if (!(amax >= 0.0f))
+    throw std::invalid_argument("DelayedScaling: a pending amax of " + shortest_decimal(amax) +
+                                "; an amax is >= 0 (not NaN)");
+  history_[0] = amax;
+}
+
 void DelayedScaling::record_amax(float amax) { history_[0] = amax_step(history_[0], amax); }
 
 Fp8Tensor DelayedScaling::quantize(const float* x, std::size_t n, bool saturate) {

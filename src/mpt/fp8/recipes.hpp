@@ -98,6 +98,15 @@ class DelayedScaling {
   /// as TE's cast kernels max their amax into the slot (NaN ignored), so two
   /// quantizations before one update keep the larger amax.
   void record_amax(float amax);
+  /// The amax recorded this step so far (history[0]; 0 after an update).
+  /// Never NaN: record_amax ignores NaN.
+  float pending_amax() const noexcept { return history_[0]; }
+  /// Replace the amax recorded this step (history[0]) — what a data-parallel
+  /// run writes back after reducing every rank's pending_amax() with max
+  /// (train/fp8_parallel.hpp), as Transformer Engine's reduce_amax does
+  /// before the update. std::invalid_argument (one line) for a NaN or
+  /// negative amax; nothing changes then.
+  void set_pending_amax(float amax);
   /// Quantize x[0..n) with scale() and record its amax; the returned
   /// tensor's amax is that of x (not the one the scale came from).
   Fp8Tensor quantize(const float* x, std::size_t n, bool saturate = true);

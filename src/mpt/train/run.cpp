@@ -5,7 +5,8 @@
 // TinyTransformer, BatchNorm, the data sets, the losses), the optim tier
 // (SGD, AdamW), the amp tier (GradScaler, StaticScaler), the dist tier
 // (DistributedDataParallel, ShardedOptimizer, the found-inf reduction), the fp8
-// tier (the Linear layers' scaling state under fp8:RECIPE), the formats tier
+// tier (the Linear layers' scaling state under fp8:RECIPE) and fp8_parallel.hpp
+// (its amaxes reduced across the ranks), the formats tier
 // (shortest_decimal), the core tier (Policy, the policy string, Rng).
 #include "mpt/train/run.hpp"
 
@@ -39,6 +40,7 @@
 #include "mpt/nn/models/transformer.hpp"
 #include "mpt/optim/adamw.hpp"
 #include "mpt/optim/sgd.hpp"
+#include "mpt/train/fp8_parallel.hpp"
 
 namespace mpt::train {
 
@@ -130,12 +132,6 @@ RunConfig resolve_config(RunConfig c) {
   return c;
 }
 
-std::string fp8_data_parallel_refusal(const std::string& policy) {
-  return "policy " + policy +
-         ": FP8 training runs on one rank here (the ranks would have to share their amaxes, as "
-         "Transformer Engine reduces them over the data-parallel group)";
-}
-
 void check_resumable(const RunConfig& wanted, const RunConfig& saved) {
   if (const auto d = configuration_difference(saved, wanted))
     bad_config("the checkpoint was made with " + d->field + " " + d->theirs + " but this run has " +
@@ -171,6 +167,7 @@ struct TrainRun::Impl {
   std::vector<std::size_t> local_index;  // per parameter: its index in the local optimizer (sharded)
   // Chapter 7: under fp8:RECIPE, every Linear's scaling state (null otherwise).
   std::unique_ptr<fp8::Fp8Training> fp8;
+  std::vector<float> step_amaxes;  // this rank's pending amaxes of the last step, before any reduction
 
   int rank() const { return parallel.comm ? parallel.comm->rank() : 0; }
   int world() const { return parallel.comm ? parallel.comm->size() : 1; }
@@ -203,7 +200,6 @@ struct TrainRun::Impl {
     check_patterns_select(spec, paths);
     if (!spec.needs().master_weights) net->set_master_weights(MasterWeights::none);
     fp8 = fp8::attach_fp8(*net, config.policy);
-    if (fp8 && parallel.comm != nullptr) bad_config(fp8_data_parallel_refusal(config.policy));
     if (split != nullptr) batches.emplace(split->train, kBatch, kBatchSeed);
     if (parallel.comm != nullptr) {
       const std::int64_t rows = lm != nullptr ? kTextBatch : kBatch;
@@ -307,7 +303,14 @@ struct TrainRun::Impl {
     // Chapter 7: every delayed scale updated from this step's amaxes, as
     // Transformer Engine does after each pass (the step's own quantizations
     // used the scales of earlier steps).
-    if (fp8) fp8->update();
+    // Under data parallelism the ranks first agree on the amaxes (the max
+    // over the ranks, as Transformer Engine's reduce_amax), so that every
+    // rank's update gives the same histories and scales (fp8_parallel.hpp).
+    if (fp8) {
+      step_amaxes = fp8->pending_amaxes();
+      if (parallel.comm != nullptr) reduce_fp8_amaxes(*fp8, *parallel.comm);
+      fp8->update();
+    }
     bool stepped = true;
     if (fixed) {
       stepped = fixed->step(*opt);
@@ -626,6 +629,8 @@ std::vector<std::int64_t> TrainRun::skipped_per_rank() {
   impl_->parallel.comm->all_gather(&mine, all.data(), sizeof mine);
   return all;
 }
+
+const std::vector<float>& TrainRun::fp8_step_amaxes() const { return impl_->step_amaxes; }
 
 std::uint64_t TrainRun::masters_checksum() const {
   std::uint64_t h = 0xcbf29ce484222325ull;

@@ -130,6 +130,12 @@ class TrainRun {
   /// The summary after the steps so far (the metric is computed now, in
   /// eval mode for the CNN, without changing the run).
   RunSummary summary();
+  /// Chapter 7, delayed scaling: the amaxes this rank recorded in its last
+  /// step, before a data-parallel run reduced them (max over the ranks) and
+  /// before the update (Fp8Training::pending_amaxes() order: layers in
+  /// model order, roles input, weight, grad_output). Empty before the first
+  /// step and under any other policy.
+  const std::vector<float>& fp8_step_amaxes() const;
   /// FNV-1a 64 of every FP32 master's bytes (little-endian), in parameter order.
   std::uint64_t masters_checksum() const;
   /// Steps this rank's scaler skipped, per rank (every rank's, gathered; one
@@ -146,9 +152,5 @@ class TrainRun {
 /// optimizer, lr and seed must be equal (steps and every may differ). The
 /// line names the field and both values.
 void check_resumable(const RunConfig& wanted, const RunConfig& saved);
-
-/// Chapter 7: the one-line refusal of an FP8 policy in a data-parallel run
-/// (TrainRun's, and mpt train's before it needs MPI at all).
-std::string fp8_data_parallel_refusal(const std::string& policy);
 
 }  // namespace mpt::train
