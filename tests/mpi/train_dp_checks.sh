@@ -4,7 +4,7 @@
 # DDP, output on rank 0 only, a rank killed mid-run or mid-checkpoint and
 # the run resumed, a checkpoint resumed on another world size, a world
 # size that does not divide the batch, one lock for the ranks of one run;
-# --sync-bn reported in the JSON.
+# --sync-bn reported in the JSON; FP8 (Chapter 7) checkpointed and resumed.
 # Depends on: ../cli/cli_lib.sh (the shared harness), bash, grep, flock and
 # pkill (a directory held by another process); python3
 # for the JSON checks (those cases exit 77, Skipped, without it).
@@ -209,6 +209,29 @@ one_writer)
   mpirun 2 "${TRAIN[@]}" --steps 6 --data-parallel --checkpoint "$WORK/ck" --every 2 --resume
   expect_rc 0
   expect_out "resumed from $WORK/ck/ckpt-000000004.mpt at step 4"
+  ;;
+
+fp8)
+  # Chapter 7: FP8 under data parallelism. Delayed scaling's amaxes are
+  # reduced (max) across the ranks before each update, so the ranks keep one
+  # state and rank 0's checkpoint holds it: 10 steps, then a resume to 20,
+  # is the straight run of 20. Current scaling and MX keep no state.
+  FP8=(train --model mlp --policy fp8:delayed --data-parallel)
+  mpirun 2 "${FP8[@]}" --steps 20
+  expect_rc 0
+  expect_out "data parallel: 2 ranks, gradients in f32"
+  want=$(checksum)
+  mpirun 2 "${FP8[@]}" --steps 10 --checkpoint "$WORK/ck" --every 10
+  expect_rc 0
+  [ -f "$WORK/ck/ckpt-000000010.mpt" ] || fail "the checkpoint of step 10 is missing"
+  mpirun 2 "${FP8[@]}" --steps 20 --checkpoint "$WORK/ck" --every 10 --resume
+  expect_rc 0
+  expect_out "resumed from $WORK/ck/ckpt-000000010.mpt at step 10"
+  [ "$(checksum)" = "$want" ] || fail "fp8:delayed resumed on 2 ranks: $(checksum), uninterrupted: $want"
+  for policy in fp8:current fp8:mx-rceil; do
+    mpirun 2 train --model mlp --policy $policy --data-parallel --steps 10
+    expect_rc 0
+  done
   ;;
 
 *)

@@ -7,18 +7,24 @@
 // Transformer Engine (NVIDIA/TransformerEngine) at commit
 // d0067d0da6cb01811b8072a7d304f0e00344ce2b:
 //  - transformer_engine/common/recipe/__init__.py: DelayedScaling's
-//    reduce_amax (default True) — the amaxes are reduced across the
-//    distributed group before the scale update;
-//  - transformer_engine/pytorch/quantization.py,
-//    FP8GlobalStateManager.reduce_and_update_fp8_tensors: the step's amaxes
-//    of every FP8 tensor (amax_history slot 0) concatenated into one global
-//    buffer, one torch.distributed.all_reduce with ReduceOp.MAX over the
-//    amax reduction group, written back, then the fused update
-//    (tex.fused_amax_and_scale_update_after_reduction).
-// Here the buffer's order is fixed by the model: layers in visit() order,
-// roles input, weight, grad_output (Fp8Training::pending_amaxes()). A max
-// is exact whatever order the ranks combine in, so every rank gets the same
-// bits, and every rank's update then gives the same history and scale.
+//    reduce_amax (default True): the amaxes are reduced across the
+//    amax_reduction_group so that every rank keeps the same amaxes and
+//    scales (False: each rank keeps its own, and every rank must checkpoint);
+//  - transformer_engine/pytorch/quantization.py, FP8GlobalStateManager:
+//    add_fp8_tensors_to_global_buffer collects each FP8 tensor's
+//    amax_history[0] (the step's amax); reduce_and_update_fp8_tensors
+//    concatenates them (torch.cat) into one buffer, all-reduces it with
+//    ReduceOp.MAX (reduce_tensor_across_group_op_max) when the group has
+//    more than one rank, then runs the fused update
+//    (tex.fused_amax_and_scale_update_after_reduction) from it.
+// TE keeps one buffer for the forward tensors, reduced after the forward
+// pass, and one for the backward's; here every state updates once, after
+// the backward (Fp8Training::update), so one buffer holds them all — the
+// same values, since a max is taken element by element. Its order is fixed
+// by the model: layers in visit() order, roles input, weight, grad_output
+// (Fp8Training::pending_amaxes()). A max is exact whatever order the ranks
+// combine in, so every rank gets the same bits, and every rank's update then
+// gives the same history and scale.
 #pragma once
 
 namespace mpt::dist {
