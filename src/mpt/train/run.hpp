@@ -49,7 +49,10 @@ namespace mpt::train {
 /// How a run is spread over ranks (Chapter 5). The default is one process.
 /// Each rank takes its B/N rows of every batch (the Transformer: its 16/N
 /// windows), so that the global batch and its order are the one-process
-/// run's and N ranks compare with one process step by step.
+/// run's and N ranks compare with one process step by step. Under
+/// fp8:delayed (Chapter 7) the step's amaxes are all-reduced (max) before
+/// the scales' update, so every rank keeps the same FP8 state
+/// (fp8_parallel.hpp); current scaling and MX have none to reduce.
 struct DataParallel {
   /// The ranks; nullptr: one process, no DistributedDataParallel.
   dist::Communicator* comm = nullptr;
