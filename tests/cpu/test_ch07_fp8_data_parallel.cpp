@@ -33,6 +33,7 @@ namespace {
 
 using mpt::DType;
 using mpt_test::bits;
+using mpt_test::same_bits;
 
 mpt::train::RunConfig run_config(const std::string& policy, std::int64_t steps) {
   mpt::train::RunConfig c;
@@ -69,13 +70,6 @@ States fp8_states(const mpt::train::TrainRun& run) {
   for (const mpt::train::TensorRecord& t : run.checkpoint().tensors)
     if (t.name.rfind("fp8.", 0) == 0) s[t.name] = t.values;
   return s;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (bits(a[i]) != bits(b[i])) return false;
-  return true;
 }
 
 bool same_states(const States& a, const States& b) {

@@ -33,6 +33,7 @@ using mpt::Fp8Role;
 using mpt::Op;
 using mpt::Tensor;
 using mpt_test::bits;
+using mpt_test::same_bits;
 
 std::vector<float> ramp(std::size_t n, float step, float offset) {
   std::vector<float> v(n);
@@ -48,11 +49,24 @@ std::vector<float> values_of(const Tensor& t) {
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (bits(a[i]) != bits(b[i])) return false;
-  return true;
+// Puts `lin` (as layer "fc1") under ctx's fp8:RECIPE policy with a fresh
+// state of `recipe` in `format`, and returns that state.
+std::shared_ptr<mpt::fp8::Fp8LinearScaling> attach_state(mpt::Linear& lin, const mpt::Context& ctx,
+                                                         mpt::fp8::LinearRecipe recipe,
+                                                         mpt::fp8::Fp8Format format) {
+  lin.set_path("fc1");
+  lin.apply_policy(ctx.policy());
+  mpt::fp8::Fp8LinearOptions o;
+  o.recipe = recipe;
+  o.format = format;
+  auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
+  lin.fp8 = state;
+  return state;
+}
+
+// Current scaling's scale for the values in `dtype`, from the fp8 tier.
+float current_scale_of(const std::vector<float>& v, DType dtype) {
+  return mpt::fp8::current_scale(mpt::fp8::amax_of(v.data(), v.size()), dtype);
 }
 
 // The reference's quantize: the tensor's values with a scale, as the fp8
@@ -106,13 +120,8 @@ TEST_CASE("an FP8 Linear is the fp8 tier's quantize and GEMM, forward and backwa
   const std::vector<float> b = ramp(static_cast<std::size_t>(out), 0.1f, 0.05f);
   mpt::Linear lin(Tensor::from_f32(w.data(), {out, in}, DType::f32),
                   Tensor::from_f32(b.data(), {out}, DType::f32));
-  lin.set_path("fc1");
   mpt::Context ctx(mpt::parse_policy_string("fp8:current").make());
-  lin.apply_policy(ctx.policy());
-  mpt::fp8::Fp8LinearOptions o;
-  o.recipe = mpt::fp8::LinearRecipe::current;
-  auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
-  lin.fp8 = state;
+  const auto state = attach_state(lin, ctx, mpt::fp8::LinearRecipe::current, mpt::fp8::Fp8Format::hybrid);
 
   const std::vector<float> xv = ramp(static_cast<std::size_t>(batch * in), 0.7f, 0.1f);
   const Tensor x = Tensor::from_f32(xv.data(), {batch, in}, DType::bf16);
@@ -125,9 +134,9 @@ TEST_CASE("an FP8 Linear is the fp8 tier's quantize and GEMM, forward and backwa
 
   // The reference, from the fp8 tier: current scales from each tensor's amax.
   const std::vector<float> xr = values_of(x), dyr = values_of(dy);
-  const float sx = mpt::fp8::current_scale(mpt::fp8::amax_of(xr.data(), xr.size()), DType::e4m3);
-  const float sw = mpt::fp8::current_scale(mpt::fp8::amax_of(w.data(), w.size()), DType::e4m3);
-  const float sg = mpt::fp8::current_scale(mpt::fp8::amax_of(dyr.data(), dyr.size()), DType::e5m2);
+  const float sx = current_scale_of(xr, DType::e4m3);
+  const float sw = current_scale_of(w, DType::e4m3);
+  const float sg = current_scale_of(dyr, DType::e5m2);
   CHECK(state->last_scale(Fp8Role::input) == sx);
   CHECK(state->last_scale(Fp8Role::grad_output) == sg);
   const Tensor xq = quantized(xr, {batch, in}, DType::e4m3, sx);
@@ -172,14 +181,8 @@ TEST_CASE("Format E4M3: the Linear's dy is quantized in E4M3 with E4M3's scale, 
   const std::vector<float> b(static_cast<std::size_t>(out), 0.0f);
   mpt::Linear lin(Tensor::from_f32(w.data(), {out, in}, DType::f32),
                   Tensor::from_f32(b.data(), {out}, DType::f32));
-  lin.set_path("fc1");
   mpt::Context ctx(mpt::parse_policy_string("fp8:current").make());
-  lin.apply_policy(ctx.policy());
-  mpt::fp8::Fp8LinearOptions o;
-  o.recipe = mpt::fp8::LinearRecipe::current;
-  o.format = mpt::fp8::Fp8Format::e4m3;
-  auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
-  lin.fp8 = state;
+  const auto state = attach_state(lin, ctx, mpt::fp8::LinearRecipe::current, mpt::fp8::Fp8Format::e4m3);
   CHECK(state->dtype(Fp8Role::grad_output) == DType::e4m3);
 
   const std::vector<float> xv = ramp(static_cast<std::size_t>(batch * in), 0.3f, -2.0f);
@@ -192,9 +195,9 @@ TEST_CASE("Format E4M3: the Linear's dy is quantized in E4M3 with E4M3's scale, 
   const Tensor dx = lin.backward(dy, ctx);
 
   const std::vector<float> xr = values_of(x), dyr = values_of(dy);
-  const float sx = mpt::fp8::current_scale(mpt::fp8::amax_of(xr.data(), xr.size()), DType::e4m3);
-  const float sw = mpt::fp8::current_scale(mpt::fp8::amax_of(w.data(), w.size()), DType::e4m3);
-  const float sg = mpt::fp8::current_scale(mpt::fp8::amax_of(dyr.data(), dyr.size()), DType::e4m3);
+  const float sx = current_scale_of(xr, DType::e4m3);
+  const float sw = current_scale_of(w, DType::e4m3);
+  const float sg = current_scale_of(dyr, DType::e4m3);
   CHECK(state->last_scale(Fp8Role::grad_output) == sg);
   const Tensor xq = quantized(xr, {batch, in}, DType::e4m3, sx);
   const Tensor wq = quantized(w, {out, in}, DType::e4m3, sw);
@@ -219,13 +222,9 @@ TEST_CASE("an MX Linear: each GEMM's operands blocked along its own k, bit for b
     INFO(recipe);
     mpt::Linear lin(Tensor::from_f32(w.data(), {out, in}, DType::f32),
                     Tensor::from_f32(b.data(), {out}, DType::f32));
-    lin.set_path("fc1");
     mpt::Context ctx(mpt::parse_policy_string(std::string("fp8:") + recipe).make());
-    lin.apply_policy(ctx.policy());
-    mpt::fp8::Fp8LinearOptions o;
-    o.recipe = mpt::fp8::linear_recipe_named(recipe);
-    auto state = std::make_shared<mpt::fp8::Fp8LinearScaling>(o);
-    lin.fp8 = state;
+    const auto state =
+        attach_state(lin, ctx, mpt::fp8::linear_recipe_named(recipe), mpt::fp8::Fp8LinearOptions{}.format);
     CHECK(state->dtype(Fp8Role::grad_output) == DType::e4m3);  // MXFP8: E4M3 throughout
     const Tensor x = Tensor::from_f32(xv.data(), {batch, in}, DType::bf16);
     const Tensor dy = Tensor::from_f32(dyv.data(), {batch, out}, DType::bf16);
@@ -255,8 +254,8 @@ TEST_CASE("an MX Linear: each GEMM's operands blocked along its own k, bit for b
     CHECK(same_bits(values_of(dx), values_of(dx_ref)));
     CHECK(same_bits(values_of(lin.weight.grad), values_of(dw_ref)));
     // Not the per-tensor GEMM: the block scales change the products' bits.
-    const float sx = mpt::fp8::current_scale(mpt::fp8::amax_of(xr.data(), xr.size()), DType::e4m3);
-    const float sw = mpt::fp8::current_scale(mpt::fp8::amax_of(w.data(), w.size()), DType::e4m3);
+    const float sx = current_scale_of(xr, DType::e4m3);
+    const float sw = current_scale_of(w, DType::e4m3);
     const Tensor y_tensor =
         mpt::fp8::fp8_gemm(quantized(xr, {batch, in}, DType::e4m3, sx), Op::N,
                            quantized(w, {out, in}, DType::e4m3, sw), Op::T, DType::bf16, &bias_bf16);

@@ -195,6 +195,15 @@ inline bool same_bits(double a, double b) {
   return ua == ub;
 }
 
+/// Whether two float vectors have the same length and the same values, bit
+/// for bit (signed zeros and NaN payloads included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (bits(a[i]) != bits(b[i])) return false;
+  return true;
+}
+
 /// What every chapter's suite asserts of each pitfall: the broken run shows
 /// the symptom, the fixed run the cure, both the preconditions; every check
 /// separates the runs (check_separates); both runs measure the same
