@@ -89,6 +89,15 @@ gen_run_with_input() {
   fi
 }
 
+# gen_refused COMMAND...: for gen_run, a command that must be refused: its
+# one line on stderr, then its exit status; fails if COMMAND succeeds.
+gen_refused() {
+  local rc=0
+  "$@" 2>&1 >/dev/null || rc=$?
+  [[ $rc -ne 0 ]] || { echo "generate.sh: '$*' was not refused" >&2; return 1; }
+  echo "(exit status $rc)"
+}
+
 # gen_run_or_verify NAME DISPLAY VERIFY... -- COMMAND...: for an output that
 # takes minutes to make (a sweep over seeds). Writing and --into: as gen_run
 # NAME DISPLAY COMMAND. --check: COMMAND is not rerun; instead `VERIFY... FILE`

@@ -30,14 +30,6 @@ draw_diagrams() {
   "$build/chapters/ch06_numbers" presets "$1" >/dev/null
 }
 
-# A command that must be refused: its one line on stderr and its exit status.
-refused() {
-  local rc=0
-  "$@" 2>&1 >/dev/null || rc=$?
-  [[ $rc -ne 0 ]] || { echo "generate.sh: '$*' was not refused" >&2; return 1; }
-  echo "(exit status $rc)"
-}
-
 generate_all() {
   local mpt="$build/src/cli/mpt" numbers="$build/chapters/ch06_numbers"
   gen_run trace-mlp-autocast "mpt trace --model mlp --policy autocast:cuda:f16" \
@@ -61,7 +53,7 @@ generate_all() {
   gen_run rules "mpt trace --model transformer --policy 'f16+block*.mlp=f32' --forward-only | grep -E '^(mpt trace|#|[0-9]+ +forward +block0\\.(ln2|mlp|residual2))'" \
     rule_lines
   gen_run rule-refused "mpt train --model transformer --policy 'f16+*.ffn=f32' --scaler dynamic --steps 10" \
-    refused "$mpt" train --model transformer --policy 'f16+*.ffn=f32' --scaler dynamic --steps 10
+    gen_refused "$mpt" train --model transformer --policy 'f16+*.ffn=f32' --scaler dynamic --steps 10
   cost_lines() { "$mpt" trace --model mlp --policy O1 --gpu h100-sxm | sed -n '/^cost model/,$p'; }
   gen_run cost "mpt trace --model mlp --policy O1 --gpu h100-sxm | sed -n '/^cost model/,\$p'" cost_lines
   gen_run search-cnn "mpt policy search --model cnn --budget 0.02 --steps 20 --seeds 2 --compare" \
